@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs libllm's build and test dependencies from Debian packages.
+# Run as root (or through sudo). Safe to run again: apt skips what is there.
+set -euo pipefail
+if [ "$(id -u)" -ne 0 ]; then
+  exec sudo "$0" "$@"
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends \
+  build-essential cmake pkg-config python3 \
+  libzstd-dev libmimalloc-dev libxxhash-dev \
+  libgtest-dev libgmock-dev googletest libbenchmark-dev nlohmann-json3-dev unicode-data \
+  clang libclang-rt-dev \
+  golang-go mono-mcs mono-runtime \
+  >/dev/null
+echo "libllm: dependencies installed"

@@ -1,0 +1,352 @@
+/*
+ * llm.h — the public C API of libllm, an embeddable LLM inference engine.
+ *
+ * This header is the whole published API. It compiles as C99 and as C++.
+ *
+ * Conventions
+ * -----------
+ * - Every fallible call returns an llm_status. LLM_OK is 0. On failure the
+ *   calling thread's llm_last_error() holds a human-readable detail.
+ * - Nothing but a status crosses this boundary: the library never throws,
+ *   aborts, exits or prints. Diagnostics go to the log callback of
+ *   llm_load_params.
+ * - Objects are opaque handles. Constructors return a status and the object
+ *   through an out-parameter; every *_free accepts NULL as a no-op.
+ * - Parameter structs start with `uint32_t struct_size` (the size the caller
+ *   compiled against), are passed by pointer, get their defaults from an
+ *   *_init function, and only ever grow at the end. The library reads
+ *   min(struct_size, its own sizeof) bytes and treats the rest as defaults.
+ * - Strings and token arrays go into caller buffers with a capacity. A buffer
+ *   that is too small returns LLM_ERR_BUFFER_TOO_SMALL and the size needed.
+ *
+ * Threads
+ * -------
+ * An llm_model is immutable after llm_load and may be used from any number
+ * of threads at once (tokenize, detokenize, session creation, info).
+ * An llm_session belongs to one thread at a time; different sessions of the
+ * same model may run in parallel on different threads without locks.
+ * Calls block until done. The library owns its worker threads.
+ *
+ * Status values and struct field offsets are ABI: they never change.
+ */
+#ifndef LLM_H
+#define LLM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#  if defined(LLM_BUILDING_LIBRARY)
+#    define LLM_API __declspec(dllexport)
+#  else
+#    define LLM_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__)
+#  define LLM_API __attribute__((visibility("default")))
+#else
+#  define LLM_API
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define LLM_VERSION_MAJOR 0
+#define LLM_VERSION_MINOR 1
+#define LLM_VERSION_PATCH 0
+#define LLM_VERSION_NUMBER (LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH)
+
+/* Run-time LLM_VERSION_NUMBER of the library actually linked. Since 0.1. */
+LLM_API uint32_t llm_version(void);
+/* Run-time version as a static string, e.g. "0.1.0". Since 0.1. */
+LLM_API const char *llm_version_string(void);
+
+/* ---------------------------------------------------------------- handles */
+
+typedef struct llm_model llm_model;     /* immutable after load, shareable across threads */
+typedef struct llm_session llm_session; /* one sequence; one thread at a time */
+typedef int32_t llm_token;
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum llm_status {
+  LLM_OK = 0,
+  LLM_ERR_INVALID_ARGUMENT = 1, /* NULL where not allowed, out-of-range value, foreign handle */
+  LLM_ERR_OUT_OF_MEMORY = 2,    /* host or device allocation failed; nothing half-built remains */
+  LLM_ERR_IO = 3,               /* file could not be opened or read */
+  LLM_ERR_FORMAT = 4,           /* file is not a valid model file (truncated, bad header, bad table) */
+  LLM_ERR_CHECKSUM = 5,         /* stored bytes do not match their checksum */
+  LLM_ERR_UNSUPPORTED = 6,      /* valid request the library cannot do (dtype, architecture, option) */
+  LLM_ERR_DEVICE = 7,           /* device missing or failed (CUDA driver, kernel launch) */
+  LLM_ERR_CONTEXT_FULL = 8,     /* no room in the session's context or the KV page pool */
+  LLM_ERR_CANCELLED = 9,        /* a cancel/progress callback asked to stop */
+  LLM_ERR_BUFFER_TOO_SMALL = 10,/* caller buffer too small; the size needed was written */
+  LLM_ERR_INTERNAL = 99,        /* a bug in libllm; please report */
+  LLM_STATUS_FORCE_32BIT = 0x7fffffff
+} llm_status;
+
+/* Static English name of a status ("LLM_ERR_FORMAT: ..."). Never NULL. Since 0.1. */
+LLM_API const char *llm_status_string(llm_status status);
+
+/* Detail of this thread's last failed llm_* call ("" if none). The pointer is
+ * valid until this thread's next llm_* call. Thread-local. Since 0.1. */
+LLM_API const char *llm_last_error(void);
+
+/* ---------------------------------------------------------------- loading */
+
+typedef enum llm_device {
+  LLM_DEVICE_AUTO = 0, /* CUDA if a device and driver exist, else CPU */
+  LLM_DEVICE_CPU = 1,
+  LLM_DEVICE_CUDA = 2, /* LLM_ERR_DEVICE if no usable GPU; LLM_ERR_UNSUPPORTED if built without CUDA */
+  LLM_DEVICE_FORCE_32BIT = 0x7fffffff
+} llm_device;
+
+typedef enum llm_log_level {
+  LLM_LOG_DEBUG = 0,
+  LLM_LOG_INFO = 1,
+  LLM_LOG_WARN = 2,
+  LLM_LOG_ERROR = 3,
+  LLM_LOG_FORCE_32BIT = 0x7fffffff
+} llm_log_level;
+
+/* Progress in [0, 1]. Return non-zero to cancel (the call returns LLM_ERR_CANCELLED). */
+typedef int (*llm_progress_fn)(float progress, void *user_data);
+/* One log line, without trailing newline. Called from the thread doing the work. */
+typedef void (*llm_log_fn)(llm_log_level level, const char *message, void *user_data);
+
+/* llm_load_params.flags */
+#define LLM_LOAD_VOCAB_ONLY 1u     /* load metadata and tokenizer only; sessions cannot be created */
+#define LLM_LOAD_REFERENCE_MATH 2u /* no activation quantization: f32 math on dequantized weights
+                                      (slower; reproduces reference implementations exactly) */
+
+typedef struct llm_load_params {
+  uint32_t struct_size;        /* sizeof(llm_load_params) as the caller compiled it */
+  llm_device device;           /* default LLM_DEVICE_AUTO */
+  int32_t n_threads;           /* worker threads for compute and loading; 0 = all cores */
+  uint32_t flags;              /* LLM_LOAD_* */
+  llm_progress_fn progress;    /* optional; called during loading */
+  void *progress_user_data;
+  llm_log_fn log;              /* optional; NULL = silent */
+  void *log_user_data;
+  uint64_t kv_budget_bytes;    /* hard byte budget of the KV page pool; 0 = default (see docs) */
+  uint32_t kv_page_tokens;     /* tokens per KV page; 0 = 16 */
+} llm_load_params;
+
+/* Writes the defaults into *params (and sets struct_size). NULL is a no-op. Since 0.1. */
+LLM_API void llm_load_params_init(llm_load_params *params);
+
+/* Opens a model file: the native .llm format or GGUF (detected from the
+ * bytes). params may be NULL for defaults. On success *out_model owns the
+ * weights, the tokenizer and the KV page pool; free with llm_model_free.
+ * On failure *out_model is NULL and nothing is leaked.
+ * Returns LLM_OK, LLM_ERR_INVALID_ARGUMENT, LLM_ERR_IO, LLM_ERR_FORMAT,
+ * LLM_ERR_CHECKSUM, LLM_ERR_UNSUPPORTED, LLM_ERR_DEVICE, LLM_ERR_OUT_OF_MEMORY,
+ * LLM_ERR_CANCELLED. Thread-safe. Since 0.1. */
+LLM_API llm_status llm_load(const char *path, const llm_load_params *params, llm_model **out_model);
+
+/* Frees a model. All its sessions must be freed first. NULL is a no-op. Since 0.1. */
+LLM_API void llm_model_free(llm_model *model);
+
+typedef struct llm_model_properties {
+  uint32_t struct_size;      /* set by the caller before llm_model_info */
+  uint32_t vocab_size;
+  uint32_t context_length;   /* trained context */
+  llm_token bos;             /* -1 if none */
+  llm_token eos;             /* -1 if none */
+  uint32_t n_layers;
+  uint32_t dim;
+  uint32_t hidden_dim;
+  uint32_t n_heads;
+  uint32_t n_kv_heads;
+  uint32_t head_dim;
+  llm_device device;         /* the device the model runs on (never AUTO) */
+  uint64_t n_params;
+  uint64_t weight_bytes;     /* bytes of weights as held for compute */
+  char architecture[32];     /* e.g. "llama", NUL-terminated */
+  char weight_type[16];      /* dominant weight format: "f32", "f16", "bf16", "q8", "q4", NUL-terminated */
+} llm_model_properties;
+
+/* Fills *info (caller sets info->struct_size). Thread-safe. Since 0.1.
+ * Returns LLM_OK or LLM_ERR_INVALID_ARGUMENT. */
+LLM_API llm_status llm_model_info(const llm_model *model, llm_model_properties *info);
+
+/* ---------------------------------------------------------------- tokens */
+
+#define LLM_TOKENIZE_ADD_BOS 1u       /* prepend the model's BOS token */
+#define LLM_TOKENIZE_PARSE_SPECIAL 2u /* text like "<s>" or "<|eot_id|>" becomes its special id */
+
+/* Converts UTF-8 text (text_len bytes, need not be NUL-terminated; invalid
+ * UTF-8 is tokenized byte by byte) to token ids. Writes at most `capacity`
+ * ids; *n_tokens receives the number of ids the text needs. If capacity is
+ * too small, returns LLM_ERR_BUFFER_TOO_SMALL (tokens may be NULL when
+ * capacity is 0, to ask for the size). Thread-safe. Since 0.1. */
+LLM_API llm_status llm_tokenize(const llm_model *model, const char *text, size_t text_len, uint32_t flags,
+                                llm_token *tokens, size_t capacity, size_t *n_tokens);
+
+/* Raw bytes of one token's piece (SentencePiece '▁' becomes ' ', byte tokens
+ * become their byte, control tokens become ""). The bytes may be an
+ * incomplete UTF-8 sequence: for streaming use llm_detok_push. Not
+ * NUL-terminated. Returns LLM_ERR_BUFFER_TOO_SMALL with *length = size
+ * needed. Thread-safe. Since 0.1. */
+LLM_API llm_status llm_token_to_text(const llm_model *model, llm_token token, char *buf, size_t capacity,
+                                     size_t *length);
+
+/* Text of a whole token array: pieces concatenated, the leading space of
+ * the first piece after BOS dropped (SentencePiece convention), control
+ * tokens skipped. Not NUL-terminated. Thread-safe. Since 0.1. */
+LLM_API llm_status llm_detokenize(const llm_model *model, const llm_token *tokens, size_t n_tokens, char *buf,
+                                  size_t capacity, size_t *length);
+
+/* Non-zero if `token` ends generation (the model's EOS or end-of-turn tokens). */
+LLM_API int llm_token_is_eog(const llm_model *model, llm_token token);
+
+/* Streaming detokenizer state, held by the caller (one per stream). Start it
+ * with llm_detok_init; feed tokens with llm_detok_push, which emits only
+ * complete UTF-8 sequences and holds back the bytes of an unfinished one. */
+typedef struct llm_detok_state {
+  uint32_t struct_size;
+  llm_token prev_token; /* -1 at the start */
+  uint32_t n_pending;   /* held-back bytes */
+  uint8_t pending[4];
+} llm_detok_state;
+
+/* Resets *state for a new stream whose previous token is prev_token (-1 if none). */
+LLM_API void llm_detok_init(llm_detok_state *state, llm_token prev_token);
+/* Appends the text of `token` to the stream and writes the complete UTF-8
+ * text now available to buf (at most 4 + longest piece bytes). Invalid bytes
+ * that can never complete are emitted as U+FFFD. On LLM_ERR_BUFFER_TOO_SMALL
+ * the state is unchanged. Thread-safe for distinct states. Since 0.1. */
+LLM_API llm_status llm_detok_push(const llm_model *model, llm_detok_state *state, llm_token token, char *buf,
+                                  size_t capacity, size_t *length);
+/* Ends the stream: writes held-back bytes as U+FFFD each. */
+LLM_API llm_status llm_detok_flush(llm_detok_state *state, char *buf, size_t capacity, size_t *length);
+
+/* ---------------------------------------------------------------- sessions */
+
+typedef enum llm_kv_type {
+  LLM_KV_F16 = 0, /* default */
+  LLM_KV_F32 = 1,
+  LLM_KV_INT8 = 2,
+  LLM_KV_INT4 = 3,
+  LLM_KV_FORCE_32BIT = 0x7fffffff
+} llm_kv_type;
+
+/* Return non-zero to cancel the running call (LLM_ERR_CANCELLED, session unchanged). */
+typedef int (*llm_cancel_fn)(void *user_data);
+
+typedef struct llm_session_params {
+  uint32_t struct_size;
+  uint32_t max_tokens;      /* 0 = the model's context length */
+  uint32_t window;          /* sliding window in tokens; 0 = none */
+  uint32_t n_sink;          /* attention-sink tokens kept by the window; default 4 */
+  llm_kv_type kv_type;      /* default LLM_KV_F16 */
+  llm_cancel_fn cancel;     /* optional; polled during prefill */
+  void *cancel_user_data;
+} llm_session_params;
+
+/* Writes the defaults into *params (and sets struct_size). NULL is a no-op. Since 0.1. */
+LLM_API void llm_session_params_init(llm_session_params *params);
+
+/* Creates an empty session (no tokens) on `model`. params may be NULL.
+ * Returns LLM_OK, LLM_ERR_INVALID_ARGUMENT, LLM_ERR_UNSUPPORTED (e.g. a
+ * vocab-only model, an unsupported kv_type), LLM_ERR_OUT_OF_MEMORY.
+ * Thread-safe with respect to the model. Since 0.1. */
+LLM_API llm_status llm_session_create(llm_model *model, const llm_session_params *params, llm_session **out_session);
+
+/* Frees a session and returns its KV pages to the pool. NULL is a no-op. */
+LLM_API void llm_session_free(llm_session *session);
+
+/* Drops all tokens of the session (KV pages return to the pool), keeping its params. */
+LLM_API llm_status llm_session_reset(llm_session *session);
+
+/* Appends n_tokens tokens in one batched forward pass. Afterwards the logits
+ * for the next position are available (llm_logits) and the next
+ * llm_decode_step samples from them. If a token returned by llm_decode_step
+ * is still pending, it is run first. On any failure the session is unchanged
+ * (no partial append). Returns LLM_OK, LLM_ERR_INVALID_ARGUMENT (bad id),
+ * LLM_ERR_CONTEXT_FULL, LLM_ERR_CANCELLED, LLM_ERR_OUT_OF_MEMORY. Since 0.1. */
+LLM_API llm_status llm_prefill(llm_session *session, const llm_token *tokens, size_t n_tokens);
+
+/* Points *logits at the vocab-sized logits that the next llm_decode_step
+ * will sample from (running the pending token's forward pass first if
+ * needed). The array is owned by the session and valid until its next call.
+ * LLM_ERR_INVALID_ARGUMENT if the session holds no token yet. Since 0.1. */
+LLM_API llm_status llm_logits(llm_session *session, const float **logits, size_t *n_vocab);
+
+typedef struct llm_sampling {
+  uint32_t struct_size;
+  float temperature;     /* <= 0: greedy (argmax, lowest id on ties); default 0 */
+  int32_t top_k;         /* keep the k most likely; <= 0: off */
+  float top_p;           /* nucleus: keep the smallest set with mass >= p; >= 1: off */
+  float min_p;           /* drop tokens with p < min_p * p_max; <= 0: off */
+  float repeat_penalty;  /* CTRL-style penalty on recent tokens; 1: off */
+  uint64_t seed;         /* the same seed and inputs give the same tokens */
+  int32_t repeat_last_n; /* window of recent tokens for repeat_penalty; default 64 */
+} llm_sampling;
+
+/* Writes the defaults (greedy) into *sampling. NULL is a no-op. Since 0.1. */
+LLM_API void llm_sampling_init(llm_sampling *sampling);
+
+/* Returns the next token as soon as it is known. The first call after
+ * llm_prefill samples from the prefill's logits (so TTFT is the prefill
+ * alone); every later call first runs the forward pass of the token it
+ * returned last time (the "pending" token), then samples. sampling == NULL
+ * is greedy. Returns LLM_OK, LLM_ERR_INVALID_ARGUMENT (empty session),
+ * LLM_ERR_CONTEXT_FULL (no room for the pending token; session unchanged).
+ * Since 0.1. */
+LLM_API llm_status llm_decode_step(llm_session *session, const llm_sampling *sampling, llm_token *out_token);
+
+/* Removes cached tokens [n_keep, n_keep + n_discard). Later tokens move
+ * down; their keys are re-rotated to their new positions. A pending token
+ * counts as part of the sequence (it is at the end). Returns LLM_OK or
+ * LLM_ERR_INVALID_ARGUMENT (range outside the sequence). Since 0.1. */
+LLM_API llm_status llm_kv_evict(llm_session *session, uint32_t n_keep, uint32_t n_discard);
+
+typedef struct llm_session_stats_t {
+  uint32_t struct_size;     /* set by the caller */
+  uint32_t n_tokens;        /* tokens in the sequence, pending one included */
+  uint32_t n_cached;        /* tokens whose K/V are in the cache */
+  uint32_t n_prompt;        /* tokens appended by llm_prefill since creation/reset */
+  uint32_t n_generated;     /* tokens returned by llm_decode_step since creation/reset */
+  uint32_t kv_pages;        /* KV pages referenced by this session */
+  uint64_t kv_bytes;        /* bytes of those pages */
+  double ttft_ms;           /* last prefill (+ first sample) wall time */
+  double itl_median_ms;     /* inter-token latency of llm_decode_step calls after the first */
+  double itl_p95_ms;
+  double prompt_tokens_per_s;
+  double gen_tokens_per_s;
+  uint32_t n_evicted;       /* tokens evicted since creation (window or llm_kv_evict) */
+} llm_session_stats_t;
+
+/* Fills *stats (caller sets stats->struct_size). Since 0.1. */
+LLM_API llm_status llm_session_stats(const llm_session *session, llm_session_stats_t *stats);
+
+/* Creates *out_session as a copy of `src` that shares all of src's KV pages
+ * (reference counted; the first write to a shared page copies it), so a
+ * common prefix such as a system prompt is stored once for many sessions.
+ * Sampling state, pending token and logits are copied too. The fork is an
+ * independent session (it may be used on another thread). Returns LLM_OK,
+ * LLM_ERR_INVALID_ARGUMENT, LLM_ERR_OUT_OF_MEMORY. Since 0.1. */
+LLM_API llm_status llm_session_fork(const llm_session *src, llm_session **out_session);
+
+/* Serialises the session (tokens, KV cache, logits, sampler state) into buf:
+ * versioned, checksummed bytes that llm_session_restore turns back into an
+ * identical session (continuing from it gives bit-identical results). With
+ * capacity too small (buf may be NULL) returns LLM_ERR_BUFFER_TOO_SMALL and
+ * *length = bytes needed. Since 0.1. */
+LLM_API llm_status llm_session_save(const llm_session *session, void *buf, size_t capacity, size_t *length);
+
+/* Rebuilds a saved session on `model` (which must have the same shape and KV
+ * page size as the one that saved it). Untrusted bytes are validated:
+ * LLM_ERR_FORMAT (malformed/truncated), LLM_ERR_CHECKSUM, LLM_ERR_UNSUPPORTED
+ * (newer version, different model), LLM_ERR_CONTEXT_FULL (no pages left).
+ * Since 0.1. */
+LLM_API llm_status llm_session_restore(llm_model *model, const void *buf, size_t length, llm_session **out_session);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* LLM_H */

@@ -1,0 +1,75 @@
+#include "api/handles.h"
+
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_set>
+
+namespace llm::api {
+
+namespace {
+std::shared_mutex& registry_mutex() {
+  static std::shared_mutex m;
+  return m;
+}
+std::unordered_set<const void*>& registry() {
+  static std::unordered_set<const void*> s;
+  return s;
+}
+thread_local std::string t_last_error;
+}  // namespace
+
+void register_handle(const void* h) {
+  std::unique_lock<std::shared_mutex> lk(registry_mutex());
+  registry().insert(h);
+}
+
+void unregister_handle(const void* h) {
+  std::unique_lock<std::shared_mutex> lk(registry_mutex());
+  registry().erase(h);
+}
+
+bool is_live(const void* h) {
+  if (!h) return false;
+  std::shared_lock<std::shared_mutex> lk(registry_mutex());
+  return registry().count(h) != 0;
+}
+
+llm::Model& model_of(const llm_model* m) {
+  LLM_CHECK(m != nullptr, LLM_ERR_INVALID_ARGUMENT, "model is NULL");
+  LLM_CHECK(is_live(m) && m->magic == kModelMagic, LLM_ERR_INVALID_ARGUMENT,
+            "model handle %p is not a live llm_model (freed, or not from llm_load)", static_cast<const void*>(m));
+  return *m->impl;
+}
+
+llm::Session& session_of(const llm_session* s) {
+  LLM_CHECK(s != nullptr, LLM_ERR_INVALID_ARGUMENT, "session is NULL");
+  LLM_CHECK(is_live(s) && s->magic == kSessionMagic, LLM_ERR_INVALID_ARGUMENT,
+            "session handle %p is not a live llm_session (freed, or not from llm_session_create)",
+            static_cast<const void*>(s));
+  return *s->impl;
+}
+
+void set_last_error(const char* msg) { t_last_error = msg ? msg : ""; }
+void clear_last_error() { t_last_error.clear(); }
+const char* last_error() { return t_last_error.c_str(); }
+
+llm_status status_from_current_exception() {
+  try {
+    throw;
+  } catch (const llm::Error& e) {
+    set_last_error(e.what());
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    set_last_error("out of memory");
+    return LLM_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    set_last_error(e.what());
+    return LLM_ERR_INTERNAL;
+  } catch (...) {
+    set_last_error("unknown internal error");
+    return LLM_ERR_INTERNAL;
+  }
+}
+
+}  // namespace llm::api

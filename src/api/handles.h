@@ -1,0 +1,68 @@
+// The C ABI's handle objects and the firewall around every export.
+//
+// Handles are registered in a process-wide set while alive, so a NULL,
+// foreign or already-freed pointer passed to any llm_* call is reported as
+// LLM_ERR_INVALID_ARGUMENT instead of being dereferenced.
+#pragma once
+
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "core/error.h"
+#include "engine/session.h"
+#include "llm.h"
+#include "model/model.h"
+
+struct llm_model {
+  uint64_t magic;
+  std::shared_ptr<llm::Model> impl;
+};
+
+struct llm_session {
+  uint64_t magic;
+  std::shared_ptr<llm::Model> model;  // keeps the model alive while the session lives
+  std::unique_ptr<llm::Session> impl;
+};
+
+namespace llm::api {
+
+constexpr uint64_t kModelMagic = 0x4c4c4d4d4f44454cULL;    // "LLMMODEL"
+constexpr uint64_t kSessionMagic = 0x4c4c4d5345535349ULL;  // "LLMSESSI"
+
+void register_handle(const void* h);
+void unregister_handle(const void* h);
+bool is_live(const void* h);
+
+llm::Model& model_of(const llm_model* m);     // throws INVALID_ARGUMENT
+llm::Session& session_of(const llm_session* s);
+
+void set_last_error(const char* msg);
+void clear_last_error();
+llm_status status_from_current_exception();
+
+// Copies a caller's params struct over `defaults`: reads min(struct_size,
+// sizeof(T)) bytes. struct_size 0 (params never initialised) is an error.
+template <typename T>
+T read_params(const T* user, T defaults) {
+  if (!user) return defaults;
+  LLM_CHECK(user->struct_size >= sizeof(uint32_t), LLM_ERR_INVALID_ARGUMENT,
+            "params struct_size is %u: initialise the struct with its *_init function", user->struct_size);
+  const size_t n = user->struct_size < sizeof(T) ? user->struct_size : sizeof(T);
+  std::memcpy(&defaults, user, n);
+  defaults.struct_size = sizeof(T);
+  return defaults;
+}
+
+}  // namespace llm::api
+
+#define LLM_API_BEGIN \
+  ::llm::api::clear_last_error(); \
+  try {
+#define LLM_API_END                                   \
+  }                                                   \
+  catch (...) {                                       \
+    return ::llm::api::status_from_current_exception(); \
+  }
+#define LLM_CHECK_ARG(cond) LLM_CHECK(cond, LLM_ERR_INVALID_ARGUMENT, "invalid argument: %s", #cond)

@@ -1,0 +1,45 @@
+// Host allocations of the library go through mimalloc. Large buffers are
+// 64-byte aligned (cache line, AVX2 loads). A test build can inject
+// allocation failures to prove that OOM is reported and nothing leaks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace llm {
+
+// Throws Error(LLM_ERR_OUT_OF_MEMORY) on failure. Never returns nullptr for size > 0.
+void* alloc_bytes(size_t size, size_t align = 64);
+void free_bytes(void* p) noexcept;
+
+// Test hook: the n-th allocation from now on (1-based) fails; 0 disables.
+void alloc_fail_after(int64_t n) noexcept;
+
+struct FreeBytes {
+  void operator()(void* p) const noexcept { free_bytes(p); }
+};
+
+// Owning, aligned, uninitialised array of trivially-copyable T.
+template <typename T>
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t n) { resize(n); }
+  void resize(size_t n) {
+    if (n == size_) return;
+    ptr_.reset(n ? static_cast<T*>(alloc_bytes(n * sizeof(T))) : nullptr);
+    size_ = n;
+  }
+  T* data() { return ptr_.get(); }
+  const T* data() const { return ptr_.get(); }
+  size_t size() const { return size_; }
+  T& operator[](size_t i) { return ptr_.get()[i]; }
+  const T& operator[](size_t i) const { return ptr_.get()[i]; }
+
+ private:
+  std::unique_ptr<T, FreeBytes> ptr_;
+  size_t size_ = 0;
+};
+
+}  // namespace llm

@@ -1,0 +1,520 @@
+#include "engine/session.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+
+namespace llm {
+
+// Prompts longer than this run in chunks, bounding scratch memory.
+static constexpr int64_t kMaxChunk = 512;
+
+Session::Session(const Model& model, const SessionOptions& opts)
+    : model_(model), opts_(opts), pool_(model.kv_pool()) {
+  LLM_CHECK(!model.vocab_only(), LLM_ERR_UNSUPPORTED, "the model was loaded vocab-only; sessions need weights");
+  LLM_CHECK(opts.kv_type == LLM_KV_F16 || opts.kv_type == LLM_KV_F32 || opts.kv_type == LLM_KV_INT8 ||
+                opts.kv_type == LLM_KV_INT4,
+            LLM_ERR_INVALID_ARGUMENT, "unknown kv_type %d", int(opts.kv_type));
+  const uint32_t ctx = uint32_t(std::max(model.config().seq_len, 1));
+  capacity_ = opts.max_tokens ? opts.max_tokens : ctx;
+  if (opts.window) {
+    const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
+    LLM_CHECK(opts.n_sink + pt < opts.window, LLM_ERR_INVALID_ARGUMENT,
+              "window %u must exceed n_sink %u by more than one page (%u tokens)", opts.window, opts.n_sink, pt);
+    LLM_CHECK(opts.window <= capacity_ || opts.max_tokens == 0, LLM_ERR_INVALID_ARGUMENT,
+              "window %u exceeds max_tokens %u", opts.window, opts.max_tokens);
+    capacity_ = opts.window;  // positions never exceed the window
+  }
+  logits_.resize(size_t(model.config().vocab_size));
+}
+
+Session::~Session() {
+  for (kv::Page* p : pages_) pool_.release(p);
+}
+
+void Session::reset() {
+  for (kv::Page* p : pages_) pool_.release(p);
+  pages_.clear();
+  tokens_.clear();
+  n_cached_ = 0;
+  pending_ = logits_valid_ = sampled_since_prefill_ = false;
+  n_prompt_ = n_generated_ = n_evicted_ = prompt_tokens_timed_ = 0;
+  last_prefill_ms_ = ttft_ms_ = prompt_ms_total_ = gen_ms_total_ = 0;
+  itl_ms_.clear();
+  rng_seeded_ = false;
+}
+
+// ---------------------------------------------------------------- pages
+
+void Session::make_private(size_t i) {
+  kv::Page* p = pages_[i];
+  if (p->refs.load(std::memory_order_acquire) == 1) return;
+  std::vector<kv::Page*> fresh;
+  LLM_CHECK(pool_.acquire(p->type, 1, fresh), LLM_ERR_CONTEXT_FULL, "KV page pool is full (copy-on-write)");
+  std::memcpy(fresh[0]->data, p->data, pool_.page_bytes(p->type));
+  pages_[i] = fresh[0];
+  pool_.release(p);
+}
+
+void Session::reserve_slots(uint32_t from, uint32_t to) {
+  const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
+  const size_t need = (size_t(to) + pt - 1) / pt;
+  if (need > pages_.size()) {
+    std::vector<kv::Page*> fresh;
+    LLM_CHECK(pool_.acquire(opts_.kv_type, need - pages_.size(), fresh), LLM_ERR_CONTEXT_FULL,
+              "KV page pool is full (%llu of %llu bytes in use)", (unsigned long long)pool_.bytes_in_use(),
+              (unsigned long long)pool_.budget_bytes());
+    pages_.insert(pages_.end(), fresh.begin(), fresh.end());
+  }
+  for (size_t i = from / pt; i < need && i < pages_.size(); ++i) make_private(i);
+}
+
+void Session::shrink_pages() {
+  const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
+  const size_t need = (size_t(n_cached_) + pt - 1) / pt;
+  while (pages_.size() > need) {
+    pool_.release(pages_.back());
+    pages_.pop_back();
+  }
+}
+
+void Session::kv_row(int32_t layer, int kv, int32_t head, uint32_t slot, float* out) const {
+  const kv::Geometry& g = pool_.geometry();
+  LLM_CHECK(slot < n_cached_ && layer >= 0 && layer < g.n_layers && head >= 0 && head < g.n_kv_heads,
+            LLM_ERR_INVALID_ARGUMENT, "kv_row out of range");
+  kv::load_row(g, pages_[slot / uint32_t(g.page_tokens)], layer, kv, head, int32_t(slot % uint32_t(g.page_tokens)), out);
+}
+
+// ---------------------------------------------------------------- forward
+
+void Session::ensure_scratch(int64_t n) {
+  if (n <= scratch_rows_) return;
+  const ModelConfig& c = model_.config();
+  const size_t q_dim = size_t(c.n_heads) * size_t(c.head_dim), kv_dim = size_t(c.n_kv_heads) * size_t(c.head_dim);
+  x_.resize(size_t(n) * size_t(c.dim));
+  xb_.resize(size_t(n) * size_t(c.dim));
+  q_.resize(size_t(n) * q_dim);
+  k_.resize(size_t(n) * kv_dim);
+  v_.resize(size_t(n) * kv_dim);
+  att_.resize(size_t(n) * q_dim);
+  hb_.resize(size_t(n) * size_t(c.hidden_dim));
+  hb2_.resize(size_t(n) * size_t(c.hidden_dim));
+  pos_.resize(size_t(n));
+  scratch_rows_ = n;
+}
+
+void Session::make_room(size_t m) {
+  if (size_t(n_cached_) + m <= capacity_) return;
+  if (!opts_.window)
+    fail(LLM_ERR_CONTEXT_FULL, "context full: %u cached + %zu new tokens > %u", n_cached_, m, capacity_);
+  // Evict the oldest non-sink tokens in whole-page steps.
+  const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
+  const size_t over = size_t(n_cached_) + m - capacity_;
+  size_t drop = (over + pt - 1) / pt * pt;
+  drop = std::min<size_t>(drop, n_cached_ - std::min(n_cached_, opts_.n_sink));
+  LLM_CHECK(size_t(n_cached_) - drop + m <= capacity_, LLM_ERR_CONTEXT_FULL,
+            "%zu tokens do not fit in the window of %u", m, capacity_);
+  evict(opts_.n_sink, uint32_t(drop));
+}
+
+void Session::forward(const int32_t* toks, size_t n, bool allow_cancel) {
+  size_t done = 0;
+  while (done < n) {
+    // With a window, each chunk must fit after eviction.
+    size_t chunk = std::min<size_t>(n - done, size_t(kMaxChunk));
+    if (opts_.window) chunk = std::min<size_t>(chunk, capacity_ - opts_.n_sink - uint32_t(pool_.geometry().page_tokens));
+    make_room(chunk);
+    forward_chunk(toks + done, int64_t(chunk), allow_cancel);
+    done += chunk;
+  }
+}
+
+void Session::forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel) {
+  const ModelConfig& c = model_.config();
+  const kv::Geometry& g = pool_.geometry();
+  ThreadPool* pool = model_.pool();
+  const cpu::MatmulMode mode = model_.matmul_mode();
+  const int64_t dim = c.dim, hd = c.head_dim, hidden = c.hidden_dim;
+  const int64_t kv_dim = int64_t(c.n_kv_heads) * hd;
+  const uint32_t p0 = n_cached_;
+  LLM_CHECK(size_t(p0) + size_t(n) <= capacity_, LLM_ERR_CONTEXT_FULL, "context full");
+
+  ensure_scratch(n);
+  const size_t pages_before = pages_.size();
+  reserve_slots(p0, p0 + uint32_t(n));
+  auto rollback = [&] {
+    while (pages_.size() > pages_before) {
+      pool_.release(pages_.back());
+      pages_.pop_back();
+    }
+  };
+
+  float* x = x_.data();  // [n, dim] residual stream
+  float* xb = xb_.data();
+  for (int64_t i = 0; i < n; ++i) {
+    cpu::dequantize_row(model_.tok_embd(), toks[i], x + i * dim);
+    pos_[size_t(i)] = int32_t(p0 + uint32_t(i));
+  }
+
+  const kv::Page* const* pages = pages_.data();
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    if (allow_cancel && opts_.cancel && opts_.cancel(opts_.cancel_user)) {
+      rollback();
+      fail(LLM_ERR_CANCELLED, "prefill cancelled");
+    }
+    const LayerWeights& w = model_.layers()[size_t(l)];
+    // --- attention
+    cpu::rmsnorm(xb, x, w.attn_norm, n, dim, c.norm_eps);
+    cpu::matmul(w.wq, xb, n, q_.data(), pool, mode);  // q: [n, q_dim]
+    cpu::matmul(w.wk, xb, n, k_.data(), pool, mode);  // k: [n, kv_dim]
+    cpu::matmul(w.wv, xb, n, v_.data(), pool, mode);  // v: [n, kv_dim]
+    cpu::rope(q_.data(), n, c.n_heads, c.head_dim, pos_.data(), c.rope_theta);
+    cpu::rope(k_.data(), n, c.n_kv_heads, c.head_dim, pos_.data(), c.rope_theta);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t p = p0 + uint32_t(i);
+      kv::Page* page = pages_[p / uint32_t(g.page_tokens)];
+      const int32_t slot = int32_t(p % uint32_t(g.page_tokens));
+      for (int32_t h = 0; h < c.n_kv_heads; ++h) {
+        kv::store_row(g, page, l, 0, h, slot, k_.data() + i * kv_dim + h * hd);
+        kv::store_row(g, page, l, 1, h, slot, v_.data() + i * kv_dim + h * hd);
+      }
+    }
+    cpu::AttentionArgs a;
+    a.geom = &g;
+    a.pages = pages;
+    a.layer = l;
+    a.n_heads = c.n_heads;
+    a.q = q_.data();
+    a.n = n;
+    a.p0 = p0;
+    a.out = att_.data();
+    cpu::attention(a, att_scratch_, pool);
+    cpu::matmul(w.wo, att_.data(), n, xb, pool, mode);
+    for (int64_t i = 0; i < n * dim; ++i) x[i] += xb[i];
+    // --- feed-forward (SwiGLU)
+    cpu::rmsnorm(xb, x, w.ffn_norm, n, dim, c.norm_eps);
+    cpu::matmul(w.w_gate, xb, n, hb_.data(), pool, mode);
+    cpu::matmul(w.w_up, xb, n, hb2_.data(), pool, mode);
+    cpu::silu_mul(hb_.data(), hb2_.data(), n * hidden);
+    cpu::matmul(w.w_down, hb_.data(), n, xb, pool, mode);
+    for (int64_t i = 0; i < n * dim; ++i) x[i] += xb[i];
+  }
+  // Logits of the last row only.
+  cpu::rmsnorm(xb, x + (n - 1) * dim, model_.output_norm(), 1, dim, c.norm_eps);
+  cpu::matmul(model_.output(), xb, 1, logits_.data(), pool, mode);
+  n_cached_ = p0 + uint32_t(n);
+  logits_valid_ = true;
+}
+
+// ---------------------------------------------------------------- API ops
+
+void Session::prefill(const int32_t* toks, size_t n) {
+  const int32_t n_vocab = model_.config().vocab_size;
+  for (size_t i = 0; i < n; ++i)
+    LLM_CHECK(toks[i] >= 0 && toks[i] < n_vocab, LLM_ERR_INVALID_ARGUMENT, "token %zu has id %d outside [0, %d)", i,
+              toks[i], n_vocab);
+  const auto t0 = Clock::now();
+  std::vector<int32_t> batch;
+  batch.reserve(n + 1);
+  if (pending_) batch.push_back(tokens_.back());
+  batch.insert(batch.end(), toks, toks + n);
+  if (batch.empty()) return;
+  if (!opts_.window && size_t(n_cached_) + batch.size() > capacity_)
+    fail(LLM_ERR_CONTEXT_FULL, "context full: %u cached + %zu new tokens > %u", n_cached_, batch.size(), capacity_);
+  forward(batch.data(), batch.size(), true);
+  tokens_.insert(tokens_.end(), toks, toks + n);
+  pending_ = false;
+  sampled_since_prefill_ = false;
+  n_prompt_ += uint32_t(n);
+  last_prefill_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  prompt_ms_total_ += last_prefill_ms_;
+  prompt_tokens_timed_ += uint32_t(batch.size());
+}
+
+void Session::ensure_logits() {
+  LLM_CHECK(!tokens_.empty(), LLM_ERR_INVALID_ARGUMENT, "the session holds no token yet (call llm_prefill first)");
+  if (pending_) {
+    forward(&tokens_.back(), 1, false);
+    pending_ = false;
+    return;
+  }
+  if (!logits_valid_) {
+    // The cache changed under the logits (eviction): re-run the last token.
+    if (n_cached_ == 0) {
+      forward(&tokens_.back(), 1, false);
+      return;
+    }
+    --n_cached_;
+    try {
+      forward(&tokens_.back(), 1, false);
+    } catch (...) {
+      ++n_cached_;
+      throw;
+    }
+  }
+}
+
+const float* Session::logits() {
+  ensure_logits();
+  return logits_.data();
+}
+
+int32_t Session::decode_step(const llm_sampling* user) {
+  const auto t0 = Clock::now();
+  const llm_sampling s = sampling_from_user(user);
+  ensure_logits();
+  if (!rng_seeded_ || rng_seed_ != s.seed) {
+    rng_.reseed(s.seed);
+    rng_seed_ = s.seed;
+    rng_seeded_ = true;
+  }
+  const size_t n_recent = tokens_.size();
+  const int32_t tok = sampler_.sample(logits_.data(), model_.config().vocab_size, s, tokens_.data(), n_recent, rng_);
+  tokens_.push_back(tok);
+  pending_ = true;
+  logits_valid_ = false;
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (!sampled_since_prefill_) {
+    ttft_ms_ = last_prefill_ms_ + ms;
+    sampled_since_prefill_ = true;
+  } else {
+    itl_ms_.push_back(float(ms));
+    gen_ms_total_ += ms;
+  }
+  ++n_generated_;
+  return tok;
+}
+
+// Removes cached slots [n_keep, n_keep + n_discard) (all < n_cached_):
+// later slots move down and their keys are rotated back by n_discard
+// positions, so the cache equals one computed at the new positions.
+void Session::evict_cached(uint32_t n_keep, uint32_t n_discard) {
+  if (n_discard == 0) return;
+  const kv::Geometry& g = pool_.geometry();
+  const uint32_t pt = uint32_t(g.page_tokens);
+  const uint32_t first_moved = n_keep + n_discard;
+  // Every page that receives a moved row must be private.
+  for (size_t i = n_keep / pt; i < (size_t(n_cached_ - n_discard) + pt - 1) / pt; ++i) make_private(i);
+  const ModelConfig& c = model_.config();
+  std::vector<float> row(size_t(g.head_dim));
+  const size_t rb = kv::row_bytes(opts_.kv_type, g.head_dim);
+  for (uint32_t src = first_moved; src < n_cached_; ++src) {
+    const uint32_t dst = src - n_discard;
+    const kv::Page* ps = pages_[src / pt];
+    kv::Page* pd = pages_[dst / pt];
+    const int32_t ss = int32_t(src % pt), sd = int32_t(dst % pt);
+    for (int32_t l = 0; l < g.n_layers; ++l) {
+      for (int32_t h = 0; h < g.n_kv_heads; ++h) {
+        kv::load_row(g, ps, l, 0, h, ss, row.data());
+        cpu::rope_head(row.data(), g.head_dim, -int64_t(n_discard), c.rope_theta);
+        kv::store_row(g, pd, l, 0, h, sd, row.data());
+        std::memcpy(kv::row_ptr(g, pd, l, 1, h, sd), kv::row_ptr(g, ps, l, 1, h, ss), rb);
+        if (kv::has_scales(opts_.kv_type)) *kv::scale_ptr(g, pd, l, 1, h, sd) = *kv::scale_ptr(g, ps, l, 1, h, ss);
+      }
+    }
+  }
+  n_cached_ -= n_discard;
+  shrink_pages();
+}
+
+void Session::evict(uint32_t n_keep, uint32_t n_discard) {
+  const uint64_t len = tokens_.size();
+  LLM_CHECK(uint64_t(n_keep) + uint64_t(n_discard) <= len, LLM_ERR_INVALID_ARGUMENT,
+            "evict [%u, %llu) is outside the sequence of %llu tokens", n_keep,
+            (unsigned long long)(uint64_t(n_keep) + n_discard), (unsigned long long)len);
+  if (n_discard == 0) return;
+  // Cached part of the range.
+  const uint32_t cached_end = std::min<uint32_t>(n_keep + n_discard, n_cached_);
+  const uint32_t cached_discard = cached_end > n_keep ? cached_end - n_keep : 0;
+  const bool drops_pending = pending_ && uint64_t(n_keep) + n_discard == len;
+  evict_cached(n_keep, cached_discard);
+  tokens_.erase(tokens_.begin() + n_keep, tokens_.begin() + n_keep + n_discard);
+  if (drops_pending) pending_ = false;
+  if (cached_discard > 0) logits_valid_ = false;
+  n_evicted_ += n_discard;
+}
+
+void Session::stats(llm_session_stats_t* out) const {
+  llm_session_stats_t s;
+  std::memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  s.n_tokens = uint32_t(tokens_.size());
+  s.n_cached = n_cached_;
+  s.n_prompt = n_prompt_;
+  s.n_generated = n_generated_;
+  s.kv_pages = uint32_t(pages_.size());
+  for (const kv::Page* p : pages_) s.kv_bytes += pool_.page_bytes(p->type);
+  s.ttft_ms = ttft_ms_;
+  if (!itl_ms_.empty()) {
+    std::vector<float> v = itl_ms_;
+    std::sort(v.begin(), v.end());
+    s.itl_median_ms = v.size() % 2 ? v[v.size() / 2] : 0.5 * (double(v[v.size() / 2 - 1]) + v[v.size() / 2]);
+    s.itl_p95_ms = v[std::min(v.size() - 1, size_t(std::ceil(0.95 * double(v.size()))) - 1)];
+    s.gen_tokens_per_s = gen_ms_total_ > 0 ? 1000.0 * double(itl_ms_.size()) / gen_ms_total_ : 0;
+  }
+  s.prompt_tokens_per_s = prompt_ms_total_ > 0 ? 1000.0 * prompt_tokens_timed_ / prompt_ms_total_ : 0;
+  s.n_evicted = n_evicted_;
+  std::memcpy(out, &s, std::min<size_t>(out->struct_size, sizeof s));
+  out->struct_size = std::min<uint32_t>(out->struct_size, uint32_t(sizeof s));
+}
+
+}  // namespace llm
+
+// ---------------------------------------------------------------- fork / save / restore
+
+namespace llm {
+
+std::unique_ptr<Session> Session::fork() const {
+  std::unique_ptr<Session> f(new Session(model_, opts_));
+  for (kv::Page* p : pages_) kv::PagePool::retain(p);
+  f->pages_ = pages_;
+  f->tokens_ = tokens_;
+  f->n_cached_ = n_cached_;
+  f->pending_ = pending_;
+  f->logits_valid_ = logits_valid_;
+  f->sampled_since_prefill_ = sampled_since_prefill_;
+  f->logits_ = logits_;
+  f->rng_ = rng_;
+  f->rng_seed_ = rng_seed_;
+  f->rng_seeded_ = rng_seeded_;
+  return f;
+}
+
+namespace {
+
+// Snapshot layout (little-endian), version 1:
+//   u32 magic "LLMS", u32 version, u32 header_bytes
+//   header: u32 n_layers, n_kv_heads, head_dim, page_tokens, vocab_size, dim,
+//           max_tokens, window, n_sink, kv_type, flags (1 pending, 2 logits
+//           valid, 4 sampled since prefill, 8 rng seeded), n_tokens, n_cached,
+//           n_pages; u64 rng_state, rng_inc, rng_seed
+//   i32 tokens[n_tokens]
+//   f32 logits[vocab_size]            (present when flag 2)
+//   pages: n_pages x page_bytes(kv_type) raw bytes
+//   u64 XXH3-64 of everything before it
+constexpr uint32_t kSnapMagic = 0x534d4c4cu;  // "LLMS"
+constexpr uint32_t kSnapVersion = 1;
+constexpr size_t kSnapHeaderWords = 14;
+
+struct Writer {
+  std::vector<uint8_t>& out;
+  template <typename T>
+  void put(const T& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    out.insert(out.end(), p, p + sizeof(T));
+  }
+  void put_bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    out.insert(out.end(), b, b + n);
+  }
+};
+
+struct Reader {
+  const uint8_t* p;
+  size_t n, off = 0;
+  template <typename T>
+  T get() {
+    LLM_CHECK(n - off >= sizeof(T), LLM_ERR_FORMAT, "session snapshot is truncated");
+    T v;
+    std::memcpy(&v, p + off, sizeof(T));
+    off += sizeof(T);
+    return v;
+  }
+  const uint8_t* take(size_t bytes) {
+    LLM_CHECK(n - off >= bytes, LLM_ERR_FORMAT, "session snapshot is truncated");
+    const uint8_t* r = p + off;
+    off += bytes;
+    return r;
+  }
+};
+
+}  // namespace
+
+}  // namespace llm
+
+#include <xxhash.h>
+
+namespace llm {
+
+void Session::save(std::vector<uint8_t>& out) const {
+  out.clear();
+  const kv::Geometry& g = pool_.geometry();
+  const ModelConfig& c = model_.config();
+  Writer w{out};
+  w.put(kSnapMagic);
+  w.put(kSnapVersion);
+  w.put(uint32_t(kSnapHeaderWords * 4 + 3 * 8));
+  const uint32_t flags = (pending_ ? 1u : 0u) | (logits_valid_ ? 2u : 0u) | (sampled_since_prefill_ ? 4u : 0u) |
+                         (rng_seeded_ ? 8u : 0u);
+  const uint32_t header[kSnapHeaderWords] = {uint32_t(g.n_layers), uint32_t(g.n_kv_heads), uint32_t(g.head_dim),
+                                             uint32_t(g.page_tokens), uint32_t(c.vocab_size), uint32_t(c.dim),
+                                             opts_.max_tokens, opts_.window, opts_.n_sink, uint32_t(opts_.kv_type),
+                                             flags, uint32_t(tokens_.size()), n_cached_, uint32_t(pages_.size())};
+  for (uint32_t v : header) w.put(v);
+  w.put(rng_.state());
+  w.put(rng_.inc());
+  w.put(rng_seed_);
+  w.put_bytes(tokens_.data(), tokens_.size() * sizeof(int32_t));
+  if (logits_valid_) w.put_bytes(logits_.data(), logits_.size() * sizeof(float));
+  for (const kv::Page* p : pages_) w.put_bytes(p->data, pool_.page_bytes(p->type));
+  w.put(uint64_t(XXH3_64bits(out.data(), out.size())));
+}
+
+std::unique_ptr<Session> Session::restore(const Model& model, const uint8_t* data, size_t size) {
+  LLM_CHECK(data != nullptr && size >= 12 + 8, LLM_ERR_FORMAT, "session snapshot is too short (%zu bytes)", size);
+  Reader r{data, size - 8};
+  LLM_CHECK(r.get<uint32_t>() == kSnapMagic, LLM_ERR_FORMAT, "not a libllm session snapshot (bad magic)");
+  const uint32_t version = r.get<uint32_t>();
+  LLM_CHECK(version == kSnapVersion, LLM_ERR_UNSUPPORTED, "session snapshot version %u is not supported", version);
+  uint64_t stored_sum;
+  std::memcpy(&stored_sum, data + size - 8, 8);
+  LLM_CHECK(XXH3_64bits(data, size - 8) == stored_sum, LLM_ERR_CHECKSUM, "session snapshot checksum mismatch");
+  LLM_CHECK(r.get<uint32_t>() == kSnapHeaderWords * 4 + 3 * 8, LLM_ERR_FORMAT, "session snapshot header size");
+  uint32_t h[kSnapHeaderWords];
+  for (uint32_t& v : h) v = r.get<uint32_t>();
+  const kv::Geometry& g = model.kv_pool().geometry();
+  const ModelConfig& c = model.config();
+  LLM_CHECK(!model.vocab_only(), LLM_ERR_UNSUPPORTED, "the model was loaded vocab-only");
+  LLM_CHECK(h[0] == uint32_t(g.n_layers) && h[1] == uint32_t(g.n_kv_heads) && h[2] == uint32_t(g.head_dim) &&
+                h[3] == uint32_t(g.page_tokens) && h[4] == uint32_t(c.vocab_size) && h[5] == uint32_t(c.dim),
+            LLM_ERR_UNSUPPORTED, "session snapshot was saved from a model of another shape or KV page size");
+  SessionOptions o;
+  o.max_tokens = h[6];
+  o.window = h[7];
+  o.n_sink = h[8];
+  o.kv_type = llm_kv_type(h[9]);
+  LLM_CHECK(h[9] <= uint32_t(LLM_KV_INT4), LLM_ERR_FORMAT, "session snapshot has kv_type %u", h[9]);
+  const uint32_t flags = h[10], n_tokens = h[11], n_cached = h[12], n_pages = h[13];
+  std::unique_ptr<Session> s(new Session(model, o));  // validates window/n_sink
+  const uint32_t pt = uint32_t(g.page_tokens);
+  const bool pending = flags & 1u;
+  LLM_CHECK(n_cached <= s->capacity_ && n_tokens == n_cached + (pending ? 1u : 0u) &&
+                n_pages == (uint64_t(n_cached) + pt - 1) / pt && (flags & ~15u) == 0,
+            LLM_ERR_FORMAT, "session snapshot counts are inconsistent");
+  const uint64_t st = r.get<uint64_t>(), inc = r.get<uint64_t>();
+  s->rng_.set_state(st, inc);
+  s->rng_seed_ = r.get<uint64_t>();
+  s->rng_seeded_ = flags & 8u;
+  s->tokens_.resize(n_tokens);
+  std::memcpy(s->tokens_.data(), r.take(size_t(n_tokens) * 4), size_t(n_tokens) * 4);
+  for (int32_t t : s->tokens_)
+    LLM_CHECK(t >= 0 && t < c.vocab_size, LLM_ERR_FORMAT, "session snapshot holds token id %d", t);
+  s->logits_valid_ = flags & 2u;
+  if (s->logits_valid_) std::memcpy(s->logits_.data(), r.take(s->logits_.size() * 4), s->logits_.size() * 4);
+  const size_t pb = s->pool_.page_bytes(o.kv_type);
+  LLM_CHECK(r.n - r.off == uint64_t(n_pages) * pb, LLM_ERR_FORMAT, "session snapshot has %zu bytes of KV, expected %llu",
+            r.n - r.off, (unsigned long long)(uint64_t(n_pages) * pb));
+  LLM_CHECK(s->pool_.acquire(o.kv_type, n_pages, s->pages_), LLM_ERR_CONTEXT_FULL,
+            "KV page pool is full: cannot restore %u pages", n_pages);
+  for (kv::Page* p : s->pages_) std::memcpy(p->data, r.take(pb), pb);
+  s->n_cached_ = n_cached;
+  s->pending_ = pending;
+  s->sampled_since_prefill_ = flags & 4u;
+  return s;
+}
+
+}  // namespace llm

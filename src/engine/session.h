@@ -1,0 +1,109 @@
+// A session: one sequence over a shared model. Owns its KV page table,
+// position, pending token, logits, scratch buffers and metrics. Used by one
+// thread at a time; sessions of one model run in parallel.
+//
+// Sequence bookkeeping:
+//   tokens_   every token of the sequence, the pending one included
+//   n_cached_ tokens whose K/V are in the cache (slot i holds position i)
+//   pending_  tokens_.back() was returned by decode_step but not run yet
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/alloc.h"
+#include "kv/kv_cache.h"
+#include "llm.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+
+namespace llm {
+
+struct SessionOptions {
+  uint32_t max_tokens = 0;  // 0 = model context
+  uint32_t window = 0;
+  uint32_t n_sink = 4;
+  llm_kv_type kv_type = LLM_KV_F16;
+  llm_cancel_fn cancel = nullptr;
+  void* cancel_user = nullptr;
+};
+
+class Session {
+ public:
+  // Throws Error(LLM_ERR_INVALID_ARGUMENT / LLM_ERR_UNSUPPORTED).
+  Session(const Model& model, const SessionOptions& opts);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  void prefill(const int32_t* tokens, size_t n);
+  int32_t decode_step(const llm_sampling* sampling);
+  const float* logits();
+  void evict(uint32_t n_keep, uint32_t n_discard);
+  void reset();
+  void stats(llm_session_stats_t* out) const;
+
+  // A copy sharing every KV page (copy-on-write).
+  std::unique_ptr<Session> fork() const;
+  // Versioned, checksummed snapshot; restore() validates untrusted bytes.
+  void save(std::vector<uint8_t>& out) const;
+  static std::unique_ptr<Session> restore(const Model& model, const uint8_t* data, size_t size);
+
+  // Reads the cached K (kv = 0) or V (kv = 1) row of (layer, head) at slot, as f32.
+  void kv_row(int32_t layer, int kv, int32_t head, uint32_t slot, float* out) const;
+  size_t n_pages() const { return pages_.size(); }
+  const Model& model() const { return model_; }
+  const SessionOptions& options() const { return opts_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  uint32_t n_cached() const { return n_cached_; }
+  uint32_t capacity() const { return capacity_; }
+
+ private:
+  // Runs the forward pass of toks[0..n) at positions n_cached_.. and, on
+  // success, appends them to the cache. Logits of the last row go to logits_.
+  // On failure the cache holds what it held before.
+  void forward(const int32_t* toks, size_t n, bool allow_cancel);
+  void forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel);
+  // Makes room for m more tokens: window eviction or CONTEXT_FULL.
+  void make_room(size_t m);
+  // Ensures the pages covering slots [from, to) exist and are private.
+  void reserve_slots(uint32_t from, uint32_t to);
+  void make_private(size_t page_index);
+  void shrink_pages();
+  void evict_cached(uint32_t n_keep, uint32_t n_discard);
+  void ensure_logits();
+  void ensure_scratch(int64_t n);
+
+  const Model& model_;
+  SessionOptions opts_;
+  uint32_t capacity_ = 0;  // max tokens held in the cache
+  kv::PagePool& pool_;
+  std::vector<kv::Page*> pages_;
+  std::vector<int32_t> tokens_;
+  uint32_t n_cached_ = 0;
+  bool pending_ = false;
+  bool logits_valid_ = false;
+  bool sampled_since_prefill_ = false;
+
+  // scratch, grown on demand, never per token
+  int64_t scratch_rows_ = 0;
+  Buffer<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
+  std::vector<float> logits_;
+  std::vector<int32_t> pos_;
+  std::vector<std::vector<float>> att_scratch_;
+  Sampler sampler_;
+  Rng rng_;
+  uint64_t rng_seed_ = 0;
+  bool rng_seeded_ = false;
+
+  // metrics
+  using Clock = std::chrono::steady_clock;
+  uint32_t n_prompt_ = 0, n_generated_ = 0, n_evicted_ = 0;
+  double last_prefill_ms_ = 0, ttft_ms_ = 0, prompt_ms_total_ = 0, gen_ms_total_ = 0;
+  uint32_t prompt_tokens_timed_ = 0;
+  std::vector<float> itl_ms_;
+};
+
+}  // namespace llm

@@ -1,0 +1,156 @@
+#include "model/model.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "format/gguf.h"
+#include "format/llm_file.h"
+#include "quant/quant.h"
+
+namespace llm {
+
+uint64_t default_kv_budget_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  uint64_t phys = (pages > 0 && page_size > 0) ? uint64_t(pages) * uint64_t(page_size) : (uint64_t(4) << 30);
+  return std::min<uint64_t>(phys / 4, uint64_t(8) << 30);
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opts) {
+  auto file = MappedFile::open(path);
+  const uint8_t* d = file->data();
+  const size_t n = file->size();
+  ModelSource src;
+  if (n >= 4 && std::memcmp(d, "GGUF", 4) == 0) {
+    src = gguf_to_model_source(parse_gguf(d, n, opts.vocab_only), file, opts.vocab_only, &opts.log);
+  } else if (is_llm_file(d, n)) {
+    // Decompression and checksum verification use the model's own threads.
+    ThreadPool load_pool(opts.n_threads);
+    LlmReadOptions ro;
+    ro.vocab_only = opts.vocab_only;
+    ro.pool = &load_pool;
+    if (opts.progress) {
+      ro.progress = [&](float p) { return opts.progress(p, opts.progress_user) == 0; };
+    }
+    src = parse_llm(file, ro);
+  } else {
+    fail(LLM_ERR_FORMAT, "'%s' is neither a .llm nor a GGUF file (convert llama2.c checkpoints with llm-convert)",
+         path.c_str());
+  }
+  return from_source(std::move(src), opts);
+}
+
+std::unique_ptr<Model> Model::from_source(ModelSource src, const LoadOptions& opts) {
+  std::unique_ptr<Model> m(new Model());
+  m->src_ = std::move(src);
+  m->log_ = opts.log;
+  m->vocab_only_ = opts.vocab_only;
+  m->build(opts);
+  return m;
+}
+
+const float* Model::f32_vector(const std::string& name, int64_t n) {
+  const TensorData* t = src_.find(name);
+  LLM_CHECK(t, LLM_ERR_FORMAT, "missing tensor '%s'", name.c_str());
+  LLM_CHECK(t->numel() == n && t->shape.size() == 1, LLM_ERR_FORMAT, "tensor '%s' has %lld values, expected %lld",
+            name.c_str(), (long long)t->numel(), (long long)n);
+  n_params_ += uint64_t(n);
+  if (t->dtype == DType::F32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) {
+    LLM_CHECK(t->nbytes >= size_t(n) * 4, LLM_ERR_FORMAT, "tensor '%s' is truncated", name.c_str());
+    weight_bytes_ += uint64_t(n) * 4;
+    return reinterpret_cast<const float*>(t->data);
+  }
+  const size_t rb = dtype_row_bytes(t->dtype, n, t->group);
+  LLM_CHECK(rb != 0 && t->nbytes >= rb, LLM_ERR_FORMAT, "tensor '%s' has a bad size", name.c_str());
+  converted_.emplace_back(size_t(n));
+  dequantize_row(t->dtype, t->group, t->data, converted_.back().data(), n);
+  weight_bytes_ += uint64_t(n) * 4;
+  return converted_.back().data();
+}
+
+cpu::WeightView Model::matrix(const std::string& name, int64_t rows, int64_t cols) {
+  const TensorData* t = src_.find(name);
+  LLM_CHECK(t, LLM_ERR_FORMAT, "missing tensor '%s'", name.c_str());
+  LLM_CHECK(t->shape.size() == 2 && t->shape[0] == rows && t->shape[1] == cols, LLM_ERR_FORMAT,
+            "tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", name.c_str(),
+            (long long)(t->shape.size() > 0 ? t->shape[0] : 0), (long long)(t->shape.size() > 1 ? t->shape[1] : 0),
+            (long long)rows, (long long)cols);
+  cpu::WeightView w;
+  w.dtype = t->dtype;
+  w.group = t->group;
+  w.rows = rows;
+  w.cols = cols;
+  w.data = t->data;
+  w.row_bytes = dtype_row_bytes(t->dtype, cols, t->group);
+  LLM_CHECK(w.row_bytes != 0, LLM_ERR_FORMAT, "tensor '%s': %s with group %u cannot hold rows of %lld", name.c_str(),
+            dtype_name(t->dtype), t->group, (long long)cols);
+  LLM_CHECK(t->nbytes >= w.row_bytes * size_t(rows), LLM_ERR_FORMAT, "tensor '%s' is truncated", name.c_str());
+  n_params_ += uint64_t(rows) * uint64_t(cols);
+  weight_bytes_ += uint64_t(w.row_bytes) * uint64_t(rows);
+  return w;
+}
+
+void Model::build(const LoadOptions& opts) {
+  const ModelConfig& c = src_.config;
+  tokenizer_ = Tokenizer::create(src_.vocab);
+  if (vocab_only_) return;
+
+  LLM_CHECK(c.arch == "llama", LLM_ERR_UNSUPPORTED, "architecture '%s' is not supported", c.arch.c_str());
+  LLM_CHECK(c.dim > 0 && c.hidden_dim > 0 && c.n_layers > 0 && c.n_heads > 0 && c.n_kv_heads > 0 && c.head_dim > 0 &&
+                c.vocab_size > 0,
+            LLM_ERR_FORMAT, "model hyper-parameters are missing or not positive");
+  LLM_CHECK(c.dim <= (1 << 16) && c.hidden_dim <= (1 << 18) && c.n_layers <= 1024 && c.n_heads <= 1024 &&
+                c.head_dim <= 1024 && c.vocab_size <= (1 << 22),
+            LLM_ERR_FORMAT, "model hyper-parameters are out of range");
+  LLM_CHECK(c.n_heads % c.n_kv_heads == 0, LLM_ERR_FORMAT, "n_heads %d is not a multiple of n_kv_heads %d",
+            c.n_heads, c.n_kv_heads);
+  LLM_CHECK(c.head_dim % 2 == 0, LLM_ERR_FORMAT, "head_dim %d is odd", c.head_dim);
+  LLM_CHECK(c.vocab_size == tokenizer_->n_vocab(), LLM_ERR_FORMAT, "vocab size %d != tokenizer size %d", c.vocab_size,
+            tokenizer_->n_vocab());
+
+  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  tok_embd_ = matrix("token_embd.weight", c.vocab_size, c.dim);
+  output_norm_ = f32_vector("output_norm.weight", c.dim);
+  if (src_.find("output.weight")) {
+    output_ = matrix("output.weight", c.vocab_size, c.dim);
+  } else {
+    output_ = tok_embd_;  // tied
+  }
+  layers_.resize(size_t(c.n_layers));
+  for (int32_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    LayerWeights& l = layers_[size_t(i)];
+    l.attn_norm = f32_vector(p + "attn_norm.weight", c.dim);
+    l.wq = matrix(p + "attn_q.weight", q_dim, c.dim);
+    l.wk = matrix(p + "attn_k.weight", kv_dim, c.dim);
+    l.wv = matrix(p + "attn_v.weight", kv_dim, c.dim);
+    l.wo = matrix(p + "attn_output.weight", c.dim, q_dim);
+    l.ffn_norm = f32_vector(p + "ffn_norm.weight", c.dim);
+    l.w_gate = matrix(p + "ffn_gate.weight", c.hidden_dim, c.dim);
+    l.w_up = matrix(p + "ffn_up.weight", c.hidden_dim, c.dim);
+    l.w_down = matrix(p + "ffn_down.weight", c.dim, c.hidden_dim);
+  }
+  // The dominant weight type (most bytes among the layer matrices).
+  std::map<DType, uint64_t> bytes_by_type;
+  for (const auto& l : layers_)
+    for (const cpu::WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      bytes_by_type[w->dtype] += w->row_bytes * uint64_t(w->rows);
+  weight_type_ = std::max_element(bytes_by_type.begin(), bytes_by_type.end(),
+                                  [](const auto& a, const auto& b) { return a.second < b.second; })
+                     ->first;
+
+  mode_ = opts.reference_math ? cpu::MatmulMode::Reference : cpu::MatmulMode::Fast;
+  pool_ = std::make_unique<ThreadPool>(opts.n_threads);
+  kv::Geometry g;
+  g.n_layers = c.n_layers;
+  g.n_kv_heads = c.n_kv_heads;
+  g.head_dim = c.head_dim;
+  g.page_tokens = int32_t(opts.kv_page_tokens ? opts.kv_page_tokens : 16);
+  kv_pool_ = std::make_unique<kv::PagePool>(g, opts.kv_budget_bytes ? opts.kv_budget_bytes : default_kv_budget_bytes());
+}
+
+}  // namespace llm

@@ -1,0 +1,93 @@
+// A loaded model: configuration, tokenizer, weights laid out for the CPU
+// backend, worker threads and the shared KV page pool. Immutable after
+// load (the page pool and thread pool synchronise internally), so one Model
+// serves many sessions on many threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "format/model_source.h"
+#include "kv/kv_cache.h"
+#include "tokenizer/tokenizer.h"
+
+namespace llm {
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [dim]
+  cpu::WeightView wq;                // [n_heads * head_dim, dim]
+  cpu::WeightView wk;                // [n_kv_heads * head_dim, dim]
+  cpu::WeightView wv;                // [n_kv_heads * head_dim, dim]
+  cpu::WeightView wo;                // [dim, n_heads * head_dim]
+  const float* ffn_norm = nullptr;   // [dim]
+  cpu::WeightView w_gate;            // [hidden_dim, dim]  (w1)
+  cpu::WeightView w_up;              // [hidden_dim, dim]  (w3)
+  cpu::WeightView w_down;            // [dim, hidden_dim]  (w2)
+};
+
+struct LoadOptions {
+  llm_device device = LLM_DEVICE_AUTO;
+  int32_t n_threads = 0;
+  bool vocab_only = false;
+  bool reference_math = false;  // MatmulMode::Reference everywhere
+  uint64_t kv_budget_bytes = 0;
+  uint32_t kv_page_tokens = 16;
+  llm_progress_fn progress = nullptr;
+  void* progress_user = nullptr;
+  Logger log;
+};
+
+class Model {
+ public:
+  // Throws llm::Error.
+  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& opts);
+  // Builds from an already-read source (tests, converters).
+  static std::unique_ptr<Model> from_source(ModelSource src, const LoadOptions& opts);
+
+  const ModelConfig& config() const { return src_.config; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  bool vocab_only() const { return vocab_only_; }
+  llm_device device() const { return LLM_DEVICE_CPU; }
+  ThreadPool* pool() const { return pool_.get(); }
+  kv::PagePool& kv_pool() const { return *kv_pool_; }
+  const Logger& log() const { return log_; }
+  cpu::MatmulMode matmul_mode() const { return mode_; }
+
+  const cpu::WeightView& tok_embd() const { return tok_embd_; }  // [vocab, dim]
+  const cpu::WeightView& output() const { return output_; }      // [vocab, dim]
+  const float* output_norm() const { return output_norm_; }      // [dim]
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  uint64_t n_params() const { return n_params_; }
+  uint64_t weight_bytes() const { return weight_bytes_; }
+  DType weight_type() const { return weight_type_; }
+
+ private:
+  Model() = default;
+  void build(const LoadOptions& opts);
+  const float* f32_vector(const std::string& name, int64_t n);
+  cpu::WeightView matrix(const std::string& name, int64_t rows, int64_t cols);
+
+  ModelSource src_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  bool vocab_only_ = false;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<kv::PagePool> kv_pool_;
+  Logger log_;
+  cpu::MatmulMode mode_ = cpu::MatmulMode::Fast;
+  cpu::WeightView tok_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<LayerWeights> layers_;
+  std::vector<Buffer<float>> converted_;  // norm vectors converted to f32
+  uint64_t n_params_ = 0, weight_bytes_ = 0;
+  DType weight_type_ = DType::F32;
+};
+
+// Default KV budget on the CPU: a quarter of physical memory, at most 8 GiB.
+uint64_t default_kv_budget_bytes();
+
+}  // namespace llm
