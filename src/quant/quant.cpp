@@ -1,0 +1,144 @@
+// Reference quantizers. At group 32 they produce the same bytes as ggml's
+// quantize_row_q8_0_ref / quantize_row_q4_0_ref (ggml_quantize_chunk without
+// an importance matrix): the scale is computed in float, its reciprocal is
+// taken once, values are scaled by multiplying with it, and the scale is
+// stored as fp16 (round to nearest even) only afterwards.
+#include "quant/quant.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/half.h"
+
+namespace llm {
+
+namespace {
+
+inline void store_half(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+inline float load_half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+// Q8 group of 32: d = max|x| / 127, q = round(x * (1/d)) in [-127, 127].
+void quantize_q8_group(const float* x, uint8_t* out) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  store_half(out, d);
+  int8_t* q = reinterpret_cast<int8_t*>(out + 2);
+  for (int j = 0; j < 32; ++j) {
+    const float v = std::round(x[j] * id);  // round half away from zero, like roundf
+    // Only a non-finite input leaves [-127, 127]; map it to 0 rather than convert out of range.
+    q[j] = v >= -127.0f && v <= 127.0f ? int8_t(v) : int8_t(0);
+  }
+}
+
+// trunc(v) clamped to [0, 15]; v = x/d + 8.5 is in [0.5, 16.5] for finite x.
+inline int nibble(float v) {
+  if (v != v) return 8;  // NaN: zero
+  if (v < 0.0f) return 0;
+  if (v >= 15.0f) return 15;
+  return int(v);
+}
+
+// Q4 group of G: d = (the value of largest magnitude, with its sign) / -8, so
+// that value maps to nibble 0 and the full range [-8, 7] is used on the other
+// side; nibble = min(15, trunc(x/d + 8.5)).
+void quantize_q4_group(const float* x, uint8_t* out, int g) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < g; ++j) {
+    if (amax < std::fabs(x[j])) {  // first of equal magnitudes wins, as in ggml
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  store_half(out, d);
+  uint8_t* qs = out + 2;
+  const int h = g / 2;
+  for (int j = 0; j < h; ++j) {
+    // x * id lies in [-8, 8]; + 8.5 then truncation rounds half up.
+    const float v0 = x[j] * id + 8.5f, v1 = x[j + h] * id + 8.5f;
+    qs[j] = uint8_t(nibble(v0) | nibble(v1) << 4);
+  }
+}
+
+}  // namespace
+
+void quantize_row(DType t, uint32_t group, const float* src, uint8_t* dst, int64_t cols) {
+  const size_t row_bytes = dtype_row_bytes(t, cols, group);
+  LLM_CHECK(row_bytes != 0 || cols == 0, LLM_ERR_INVALID_ARGUMENT, "quantize_row: %s with %lld cols, group %u",
+            dtype_name(t), (long long)cols, group);
+  switch (t) {
+    case DType::F32:
+      if (cols) std::memcpy(dst, src, size_t(cols) * 4);
+      return;
+    case DType::F16:
+    case DType::BF16:
+      for (int64_t i = 0; i < cols; ++i) {
+        const uint16_t h = t == DType::F16 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case DType::Q8:
+      for (int64_t g = 0; g < cols / 32; ++g) quantize_q8_group(src + g * 32, dst + g * 34);
+      return;
+    case DType::Q4: {
+      const size_t gbytes = 2 + group / 2;
+      for (int64_t g = 0; g < cols / int64_t(group); ++g) quantize_q4_group(src + g * group, dst + g * gbytes, int(group));
+      return;
+    }
+  }
+  fail(LLM_ERR_INVALID_ARGUMENT, "quantize_row: unknown dtype %u", unsigned(t));
+}
+
+void dequantize_row(DType t, uint32_t group, const uint8_t* src, float* dst, int64_t cols) {
+  const size_t row_bytes = dtype_row_bytes(t, cols, group);
+  LLM_CHECK(row_bytes != 0 || cols == 0, LLM_ERR_INVALID_ARGUMENT, "dequantize_row: %s with %lld cols, group %u",
+            dtype_name(t), (long long)cols, group);
+  switch (t) {
+    case DType::F32:
+      if (cols) std::memcpy(dst, src, size_t(cols) * 4);
+      return;
+    case DType::F16:
+    case DType::BF16:
+      for (int64_t i = 0; i < cols; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+      }
+      return;
+    case DType::Q8:
+      for (int64_t g = 0; g < cols / 32; ++g) {
+        const uint8_t* b = src + g * 34;
+        const float d = load_half(b);
+        const int8_t* q = reinterpret_cast<const int8_t*>(b + 2);
+        for (int j = 0; j < 32; ++j) dst[g * 32 + j] = q[j] * d;
+      }
+      return;
+    case DType::Q4: {
+      const int64_t h = group / 2;
+      for (int64_t g = 0; g < cols / int64_t(group); ++g) {
+        const uint8_t* b = src + g * (2 + h);
+        const float d = load_half(b);
+        float* y = dst + g * group;
+        for (int64_t j = 0; j < h; ++j) {
+          y[j] = ((b[2 + j] & 0x0f) - 8) * d;
+          y[j + h] = ((b[2 + j] >> 4) - 8) * d;
+        }
+      }
+      return;
+    }
+  }
+  fail(LLM_ERR_INVALID_ARGUMENT, "dequantize_row: unknown dtype %u", unsigned(t));
+}
+
+}  // namespace llm
