@@ -20,13 +20,20 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> create(const VocabData& vocab);
   virtual ~Tokenizer() = default;
 
-  // Appends the ids of `text` to `out`. Never fails on any byte sequence.
+  // Appends the ids of `text` to `out` (BOS first if add_bos and the
+  // vocabulary has one). Never fails on any byte sequence: invalid UTF-8 is
+  // tokenized byte by byte. With parse_special, the text of any Control,
+  // UserDefined or Unknown token (and of bos/eos/eot/unk/pad) becomes that
+  // token (leftmost, longest match) and the text between is tokenized
+  // normally; SentencePiece gives each such stretch its own dummy prefix,
+  // as llama.cpp does. Without it, such text is ordinary text.
   virtual void encode(std::string_view text, bool add_bos, bool parse_special,
                       std::vector<int32_t>& out) const = 0;
 
   // Appends the raw bytes of token `id`'s piece to `out` ('▁' -> ' ', byte
-  // tokens -> their byte, byte-level BPE chars -> bytes, control -> nothing).
-  // `id` must be in [0, n_vocab()).
+  // tokens -> their byte, byte-level BPE chars -> bytes, user-defined ->
+  // their text, control/unused -> nothing, SentencePiece <unk> -> U+2585 as
+  // in llama.cpp). An id outside [0, n_vocab()) appends nothing.
   virtual void append_piece(int32_t id, std::string& out) const = 0;
 
   // True if the piece of a token that follows BOS drops its leading space

@@ -1,0 +1,241 @@
+// Byte-level BPE ("gpt2" vocabularies: GPT-2, Llama 3, Qwen2, Mistral Nemo...).
+//
+// Text -> pre-tokens (pretokenize.h) -> each pre-token's bytes become the
+// tokens of their GPT-2 byte characters -> repeatedly merge the adjacent pair
+// with the lowest merge rank (ties: leftmost) -> ids. Merges are looked up by
+// id pair, so the loop never builds strings. Pre-tokens repeat a lot in real
+// text, so each thread keeps a small direct-mapped cache of word -> ids.
+#include <algorithm>
+
+#include "core/error.h"
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_internal.h"
+#include "tokenizer/unicode.h"
+
+namespace llm {
+namespace {
+
+using tok::PairMap;
+using tok::PieceMap;
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  explicit BpeTokenizer(VocabData v);
+
+  void encode(std::string_view text, bool add_bos, bool parse_special, std::vector<int32_t>& out) const override;
+  void append_piece(int32_t id, std::string& out) const override { pieces_.append_to(id, out); }
+  bool strip_space_after_bos() const override { return false; }
+
+ private:
+  struct Symbol {
+    int32_t prev, next;  // linked list over live symbols; -1 at the ends
+    int32_t id;          // -1 once merged away, or for a byte missing from the vocabulary
+  };
+  struct Bigram {
+    int32_t rank;
+    int32_t left, right;          // symbol indices
+    int32_t left_id, right_id;    // ids when queued (stale entries differ)
+    int32_t id;                   // merged id
+  };
+  struct Scratch {
+    std::vector<Symbol> syms;
+    std::vector<Bigram> heap;
+    std::string mapped;
+  };
+
+  void encode_raw(std::string_view text, Scratch& sc, std::vector<int32_t>& out) const;
+  void encode_word(const uint8_t* w, size_t n, Scratch& sc, std::vector<int32_t>& out) const;
+  void try_add_bigram(Scratch& sc, int32_t left, int32_t right) const;
+
+  PreTokenizer pre_ = PreTokenizer::Gpt2;
+  bool ignore_merges_ = false;
+  PieceMap all_;     // every token's text
+  PairMap merges_;   // (left id, right id) -> (rank, merged id)
+  int32_t byte_ids_[256];
+  tok::PieceTable pieces_;
+  tok::SpecialMatcher specials_;
+  uint64_t instance_;
+};
+
+BpeTokenizer::BpeTokenizer(VocabData v) : Tokenizer(std::move(v)), instance_(tok::WordCache::new_owner_id()) {
+  bool known = true;
+  pre_ = pre_tokenizer_from_name(vocab_.pre, &known, &ignore_merges_);
+  if (!known) {
+    warning_ = "tokenizer: unknown pre-tokenizer '" + vocab_.pre + "', using the GPT-2 default split";
+  }
+
+  const size_t n = vocab_.tokens.size();
+  all_.reserve(n);
+  for (size_t i = 0; i < n; ++i) all_.insert(vocab_.tokens[i], int32_t(i));
+
+  // Byte b starts out as the token of its GPT-2 character.
+  std::string ch;
+  for (int b = 0; b < 256; ++b) {
+    ch.clear();
+    utf8_append(gpt2_byte_to_cp(uint8_t(b)), ch);
+    byte_ids_[b] = all_.find(ch);
+  }
+
+  LLM_CHECK(vocab_.merges.size() < size_t(INT32_MAX), LLM_ERR_FORMAT, "tokenizer: too many merges");
+  merges_.reserve(vocab_.merges.size());
+  std::string joined;
+  size_t skipped = 0;
+  for (size_t r = 0; r < vocab_.merges.size(); ++r) {
+    const std::string& m = vocab_.merges[r];
+    // "left right"; the separator is the first space after the first character.
+    const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
+    LLM_CHECK(sp != std::string::npos, LLM_ERR_FORMAT, "tokenizer: merge %zu ('%.40s') has no separator", r,
+              m.c_str());
+    const std::string_view a(m.data(), sp), b(m.data() + sp + 1, m.size() - sp - 1);
+    joined.assign(a.data(), a.size()).append(b.data(), b.size());
+    const int32_t ia = all_.find(a), ib = all_.find(b), ij = all_.find(joined);
+    if (ia < 0 || ib < 0 || ij < 0) {
+      ++skipped;  // refers to pieces the vocabulary lacks; it can never apply
+      continue;
+    }
+    merges_.insert(ia, ib, PairMap::Value{int32_t(r), ij});
+  }
+  if (skipped > 0) {
+    if (!warning_.empty()) warning_ += "; ";
+    warning_ += "tokenizer: " + std::to_string(skipped) + " merges refer to tokens not in the vocabulary";
+  }
+
+  // Decoded pieces: byte characters back to bytes; user-defined text as is;
+  // control/unused/unknown tokens print nothing.
+  pieces_.offsets.reserve(n + 1);
+  for (size_t i = 0; i < n; ++i) {
+    pieces_.offsets.push_back(uint32_t(pieces_.bytes.size()));
+    const std::string& text = vocab_.tokens[i];
+    switch (tok::token_type(vocab_, int32_t(i))) {
+      case TokenType::Normal:
+      case TokenType::Undefined: {
+        const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+        for (size_t k = 0; k < text.size();) {
+          size_t len = 1;
+          const uint32_t cp = utf8_decode(s + k, text.size() - k, &len);
+          const int byte = gpt2_cp_to_byte(cp);
+          if (byte >= 0)
+            pieces_.bytes.push_back(char(byte));
+          else
+            pieces_.bytes.append(text, k, len);
+          k += len;
+        }
+        break;
+      }
+      case TokenType::UserDefined: pieces_.bytes += text; break;
+      case TokenType::Byte: {
+        const int byte = tok::parse_byte_token(text);
+        if (byte >= 0)
+          pieces_.bytes.push_back(char(byte));
+        else
+          pieces_.bytes += text;
+        break;
+      }
+      case TokenType::Control:
+      case TokenType::Unused:
+      case TokenType::Unknown: break;
+    }
+  }
+  pieces_.offsets.push_back(uint32_t(pieces_.bytes.size()));
+  specials_.build(vocab_.tokens, tok::special_token_ids(vocab_));
+}
+
+void BpeTokenizer::encode(std::string_view text, bool add_bos, bool parse_special, std::vector<int32_t>& out) const {
+  if (add_bos && vocab_.bos >= 0) out.push_back(vocab_.bos);
+  Scratch sc;
+  tok::split_special(
+      specials_, text, parse_special, [&](std::string_view raw) { encode_raw(raw, sc, out); },
+      [&](int32_t id) { out.push_back(id); });
+}
+
+void BpeTokenizer::encode_raw(std::string_view text, Scratch& sc, std::vector<int32_t>& out) const {
+  tok::WordCache& cache = tok::WordCache::for_this_thread();
+
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const size_t e = pretoken_end(pre_, s, n, i);
+    const uint8_t* w = s + i;
+    const size_t wn = e - i;
+    i = e;
+    if (wn == 1) {  // a single byte needs no merging
+      const int32_t id = byte_ids_[w[0]];
+      if (id >= 0)
+        out.push_back(id);
+      else if (vocab_.unk >= 0)
+        out.push_back(vocab_.unk);
+      continue;
+    }
+    const uint64_t h = wn <= tok::WordCache::kMaxWordBytes ? tok::WordCache::hash(w, wn) : 0;
+    if (cache.lookup(instance_, h, w, wn, out)) continue;
+    const size_t first = out.size();
+    encode_word(w, wn, sc, out);
+    cache.store(instance_, h, w, wn, out, first);
+  }
+}
+
+// Heap order: lowest rank on top, then the leftmost pair.
+struct BigramLess {
+  template <class B>
+  bool operator()(const B& a, const B& b) const {
+    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+  }
+};
+
+void BpeTokenizer::try_add_bigram(Scratch& sc, int32_t left, int32_t right) const {
+  if (left < 0 || right < 0) return;
+  const int32_t a = sc.syms[size_t(left)].id, b = sc.syms[size_t(right)].id;
+  if (a < 0 || b < 0) return;
+  const PairMap::Value* m = merges_.find(a, b);
+  if (!m) return;
+  sc.heap.push_back(Bigram{m->rank, left, right, a, b, m->id});
+  std::push_heap(sc.heap.begin(), sc.heap.end(), BigramLess());
+}
+
+void BpeTokenizer::encode_word(const uint8_t* w, size_t n, Scratch& sc, std::vector<int32_t>& out) const {
+  if (ignore_merges_) {  // a word that is itself a token is kept whole (Llama 3, Tekken)
+    sc.mapped.clear();
+    for (size_t k = 0; k < n; ++k) utf8_append(gpt2_byte_to_cp(w[k]), sc.mapped);
+    const int32_t id = all_.find(sc.mapped);
+    if (id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
+  std::vector<Symbol>& syms = sc.syms;
+  syms.resize(n);
+  for (size_t k = 0; k < n; ++k) syms[k] = Symbol{int32_t(k) - 1, k + 1 < n ? int32_t(k + 1) : -1, byte_ids_[w[k]]};
+  sc.heap.clear();
+  for (int32_t k = 1; k < int32_t(n); ++k) try_add_bigram(sc, k - 1, k);
+  while (!sc.heap.empty()) {
+    std::pop_heap(sc.heap.begin(), sc.heap.end(), BigramLess());
+    const Bigram bg = sc.heap.back();
+    sc.heap.pop_back();
+    Symbol& l = syms[size_t(bg.left)];
+    Symbol& r = syms[size_t(bg.right)];
+    if (l.id != bg.left_id || r.id != bg.right_id || l.next != bg.right) continue;  // stale
+    l.id = bg.id;
+    l.next = r.next;
+    if (r.next >= 0) syms[size_t(r.next)].prev = bg.left;
+    r.id = -1;
+    r.prev = r.next = -1;
+    try_add_bigram(sc, l.prev, bg.left);
+    try_add_bigram(sc, bg.left, l.next);
+  }
+  for (int32_t k = 0; k >= 0; k = syms[size_t(k)].next) {
+    const int32_t id = syms[size_t(k)].id;
+    if (id >= 0)
+      out.push_back(id);
+    else if (vocab_.unk >= 0)
+      out.push_back(vocab_.unk);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(VocabData vocab) {
+  return std::unique_ptr<Tokenizer>(new BpeTokenizer(std::move(vocab)));
+}
+
+}  // namespace llm
