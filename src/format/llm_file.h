@@ -97,6 +97,26 @@ class LlmWriter {
   std::unique_ptr<Impl> impl_;
 };
 
+// --- Conversion: re-encode tensors into other weight formats while writing.
+
+struct LlmConvertOptions {
+  bool requantize = false;   // false: every tensor keeps its dtype
+  DType dtype = DType::F32;  // format of the 2-D matrices
+  uint32_t group = 32;       // q4 group size (q8 is always 32)
+};
+
+// The stored format of one tensor: 1-D tensors (norms) become f32; matrices
+// take opts.dtype unless their rows do not split into whole groups, then f16
+// (f32 when opts.dtype is f32) and a line is appended to `notes`.
+LlmTensorSpec plan_llm_tensor(const std::string& name, const std::vector<int64_t>& shape, DType src_dtype,
+                              uint32_t src_group, const LlmConvertOptions& opts, std::vector<std::string>* notes);
+
+// Writes src to path with every tensor converted as planned (dequantize_row
+// then quantize_row, rows in parallel on w.pool; tensors whose format does
+// not change are copied bit for bit).
+LlmWriteReport convert_to_llm(const ModelSource& src, const std::string& path, const LlmConvertOptions& opts,
+                              const LlmWriteOptions& w = {}, std::vector<std::string>* notes = nullptr);
+
 struct LlmReadOptions {
   bool vocab_only = false;
   bool verify_checksums = true;

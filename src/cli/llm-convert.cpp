@@ -1,0 +1,544 @@
+// llm-convert: GGUF / llama2.c / .llm -> .llm, choosing the weight format;
+// or a synthetic model of a real shape (random weights) for benchmarks.
+//
+//   llm-convert INPUT [--tokenizer FILE] -o OUT.llm [--quant f32|f16|bf16|q8|q4] [--group 32|64|128] [--no-zstd]
+//   llm-convert --synthetic tinyllama-1.1b|llama-3-8b|stories260K-shape --quant Q -o OUT.llm
+//   llm-convert --info FILE.llm
+//
+// Tensors are converted and written row by row (LlmWriter), so memory stays
+// bounded by a few chunks even for models larger than RAM.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/mapped_file.h"
+#include "core/thread_pool.h"
+#include "format/gguf.h"
+#include "format/llama2c.h"
+#include "format/llm_file.h"
+#include "quant/dtype.h"
+#include "quant/quant.h"
+
+namespace {
+
+using llm::DType;
+
+const char* const kUsage =
+    "usage:\n"
+    "  llm-convert INPUT [--tokenizer FILE] -o OUTPUT.llm [options]\n"
+    "      INPUT: a GGUF file, a .llm file, or a llama2.c checkpoint (needs --tokenizer)\n"
+    "  llm-convert --synthetic tinyllama-1.1b|llama-3-8b|stories260K-shape -o OUTPUT.llm [options]\n"
+    "      random N(0, 0.02) weights of the real shape and a placeholder vocabulary\n"
+    "  llm-convert --info FILE.llm\n"
+    "options:\n"
+    "  --quant f32|f16|bf16|q8|q4   weight format of the 2-D matrices (default: keep the input's)\n"
+    "  --group 32|64|128            q4 group size (default 32)\n"
+    "  --no-zstd                    store every tensor raw\n"
+    "  --zstd-level N               zstd level (default 3)\n"
+    "  --threads N                  worker threads (default: all cores)\n"
+    "  --seed N                     synthetic weights seed (default 1)\n"
+    "  -q, --quiet                  no progress bar or size table\n";
+
+[[noreturn]] void usage_error(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::fprintf(stderr, "llm-convert: ");
+  std::vfprintf(stderr, fmt, ap);
+  std::fprintf(stderr, "\n\n%s", kUsage);
+  va_end(ap);
+  std::exit(2);
+}
+
+const char* status_name(llm_status s) {
+  switch (s) {
+    case LLM_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case LLM_ERR_OUT_OF_MEMORY: return "out of memory";
+    case LLM_ERR_IO: return "I/O error";
+    case LLM_ERR_FORMAT: return "bad file format";
+    case LLM_ERR_CHECKSUM: return "checksum mismatch";
+    case LLM_ERR_UNSUPPORTED: return "unsupported";
+    case LLM_ERR_CANCELLED: return "cancelled";
+    default: return "error";
+  }
+}
+
+struct Args {
+  std::string input, tokenizer, output, synthetic, info;
+  bool has_quant = false;
+  DType quant = DType::F32;
+  uint32_t group = 32;
+  bool zstd = true;
+  int zstd_level = 3;
+  int threads = 0;
+  uint64_t seed = 1;
+  bool quiet = false;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= argc) usage_error("%s needs a value", argv[i]);
+    return argv[++i];
+  };
+  auto to_int = [&](const std::string& s, const char* what) {
+    char* end = nullptr;
+    const long v = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0') usage_error("%s: '%s' is not a number", what, s.c_str());
+    return v;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::printf("%s", kUsage);
+      std::exit(0);
+    } else if (arg == "-o" || arg == "--output") {
+      a.output = value(i);
+    } else if (arg == "--tokenizer") {
+      a.tokenizer = value(i);
+    } else if (arg == "--quant") {
+      const std::string q = value(i);
+      a.has_quant = true;
+      if (q == "f32") a.quant = DType::F32;
+      else if (q == "f16") a.quant = DType::F16;
+      else if (q == "bf16") a.quant = DType::BF16;
+      else if (q == "q8" || q == "q8_0") a.quant = DType::Q8;
+      else if (q == "q4" || q == "q4_0") a.quant = DType::Q4;
+      else usage_error("--quant: unknown format '%s'", q.c_str());
+    } else if (arg == "--group") {
+      const long g = to_int(value(i), "--group");
+      if (g != 32 && g != 64 && g != 128) usage_error("--group must be 32, 64 or 128");
+      a.group = uint32_t(g);
+    } else if (arg == "--no-zstd") {
+      a.zstd = false;
+    } else if (arg == "--zstd-level") {
+      a.zstd_level = int(to_int(value(i), "--zstd-level"));
+      if (a.zstd_level < 1 || a.zstd_level > 22) usage_error("--zstd-level must be in 1..22");
+    } else if (arg == "--threads") {
+      a.threads = int(to_int(value(i), "--threads"));
+      if (a.threads < 0 || a.threads > 1024) usage_error("--threads out of range");
+    } else if (arg == "--seed") {
+      a.seed = uint64_t(to_int(value(i), "--seed"));
+    } else if (arg == "--synthetic") {
+      a.synthetic = value(i);
+    } else if (arg == "--info") {
+      a.info = value(i);
+    } else if (arg == "-q" || arg == "--quiet") {
+      a.quiet = true;
+    } else if (!arg.empty() && arg[0] == '-') {
+      usage_error("unknown option '%s'", arg.c_str());
+    } else if (a.input.empty()) {
+      a.input = arg;
+    } else {
+      usage_error("more than one input ('%s' and '%s')", a.input.c_str(), arg.c_str());
+    }
+  }
+  if (!a.info.empty()) return a;
+  if (a.synthetic.empty() == a.input.empty()) usage_error("give exactly one of INPUT or --synthetic");
+  if (a.output.empty()) usage_error("-o OUTPUT.llm is required");
+  if (!a.synthetic.empty() && !a.has_quant) usage_error("--synthetic needs --quant");
+  return a;
+}
+
+// ---------------------------------------------------------------------------
+// Progress bar on stderr, only when it is a terminal.
+
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled) : enabled_(enabled && isatty(2)) {}
+  void update(float f) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (f < 1.0f && f - last_ < 0.002f &&
+        now - last_time_ < std::chrono::milliseconds(200))
+      return;
+    last_ = f;
+    last_time_ = now;
+    const int width = 40;
+    const int filled = int(f * width + 0.5f);
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    std::fprintf(stderr, "\r[%.*s%*s] %5.1f%% %6.1fs", filled, "########################################",
+                 width - filled, "", double(f) * 100.0, secs);
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void finish() {
+    if (shown_) std::fprintf(stderr, "\n");
+    shown_ = false;
+  }
+
+ private:
+  bool enabled_;
+  bool shown_ = false;
+  float last_ = -1.0f;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_time_{};
+};
+
+void log_to_stderr(llm_log_level level, const char* msg, void*) {
+  if (level >= LLM_LOG_WARN)
+    std::fprintf(stderr, "llm-convert: %s: %s\n", level == LLM_LOG_WARN ? "warning" : "error", msg);
+}
+
+std::string human_bytes(uint64_t b) {
+  char buf[32];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / double(1ull << 20));
+  else if (b >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.2f KiB", double(b) / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%llu B", (unsigned long long)b);
+  return buf;
+}
+
+void print_report(const llm::LlmWriteReport& rep, const std::string& path) {
+  std::map<std::string, int> count;
+  std::map<llm::LlmCodec, int> codecs;
+  for (const auto& t : rep.tensors) {
+    ++count[llm::dtype_name(t.dtype)];
+    ++codecs[t.codec];
+  }
+  std::printf("\n%-6s %8s %14s %14s %16s %8s\n", "dtype", "tensors", "raw", "stored", "stored bytes", "saving");
+  for (const auto& kv : rep.by_dtype) {
+    const uint64_t raw = kv.second.first, st = kv.second.second;
+    std::printf("%-6s %8d %14s %14s %16llu %7.2f%%\n", kv.first.c_str(), count[kv.first], human_bytes(raw).c_str(),
+                human_bytes(st).c_str(), (unsigned long long)st, raw ? 100.0 * (1.0 - double(st) / double(raw)) : 0.0);
+  }
+  std::printf("%-6s %8zu %14s %14s %16llu %7.2f%%\n", "total", rep.tensors.size(), human_bytes(rep.raw_bytes).c_str(),
+              human_bytes(rep.stored_bytes).c_str(), (unsigned long long)rep.stored_bytes,
+              rep.raw_bytes ? 100.0 * (1.0 - double(rep.stored_bytes) / double(rep.raw_bytes)) : 0.0);
+  std::printf("codecs: %d raw, %d zstd, %d zstd-planes\n", codecs[llm::LlmCodec::Raw], codecs[llm::LlmCodec::Zstd],
+              codecs[llm::LlmCodec::ZstdPlanes]);
+  std::printf("wrote %s: %llu bytes (%s)\n", path.c_str(), (unsigned long long)rep.file_bytes,
+              human_bytes(rep.file_bytes).c_str());
+}
+
+// ---------------------------------------------------------------------------
+// Weight format choice
+
+llm::LlmConvertOptions convert_options(const Args& a) {
+  llm::LlmConvertOptions c;
+  c.requantize = a.has_quant;
+  c.dtype = a.quant;
+  c.group = a.group;
+  return c;
+}
+
+std::string recipe(const Args& a, size_t n_fallback) {
+  std::string r = llm::dtype_name(a.quant);
+  if (a.quant == DType::Q4) r += " g" + std::to_string(a.group);
+  r += "; norms f32";
+  if (n_fallback)
+    r += "; " + std::to_string(n_fallback) + " matrices " + (a.quant == DType::F32 ? "f32" : "f16") +
+         " (columns not a multiple of the group)";
+  return r;
+}
+
+// Runs fn(row) for rows [r0, r0 + n) on the pool; rethrows the first error.
+template <typename Fn>
+void parallel_rows(llm::ThreadPool& pool, int64_t r0, int64_t n, Fn&& fn) {
+  std::mutex mu;
+  std::string err;
+  llm_status st = LLM_OK;
+  pool.parallel([&](int ith, int nth) {
+    int64_t b, e;
+    llm::ThreadPool::split(n, ith, nth, &b, &e);
+    try {
+      for (int64_t r = b; r < e; ++r) fn(r0 + r);
+    } catch (const llm::Error& ex) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (st == LLM_OK) {
+        st = ex.status();
+        err = ex.what();
+      }
+    } catch (const std::exception& ex) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (st == LLM_OK) {
+        st = LLM_ERR_INTERNAL;
+        err = ex.what();
+      }
+    }
+  });
+  if (st != LLM_OK) throw llm::Error(st, err);
+}
+
+// ---------------------------------------------------------------------------
+// Conversion of an existing model
+
+llm::ModelSource read_input(const Args& a, const llm::Logger& log, std::string* format) {
+  std::shared_ptr<llm::MappedFile> f = llm::MappedFile::open(a.input);
+  const uint8_t* d = f->data();
+  const size_t n = f->size();
+  if (n >= 4 && std::memcmp(d, "GGUF", 4) == 0) {
+    *format = "gguf";
+    f.reset();
+    return llm::read_gguf(a.input, false, &log);
+  }
+  if (llm::is_llm_file(d, n)) {
+    *format = "llm";
+    return llm::parse_llm(f);
+  }
+  if (llm::looks_like_llama2c(d, n)) {
+    *format = "llama2.c";
+    if (a.tokenizer.empty()) usage_error("'%s' is a llama2.c checkpoint: give its --tokenizer", a.input.c_str());
+    f.reset();
+    return llm::read_llama2c(a.input, a.tokenizer);
+  }
+  llm::fail(LLM_ERR_FORMAT, "'%s' is neither GGUF, .llm nor a llama2.c checkpoint", a.input.c_str());
+}
+
+std::string base_name(const std::string& p) {
+  const size_t s = p.find_last_of('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+llm::LlmWriteReport convert(const Args& a, const llm::LlmWriteOptions& wo) {
+  llm::Logger log;
+  log.fn = log_to_stderr;
+  std::string format;
+  llm::ModelSource src = read_input(a, log, &format);
+  const llm::LlmConvertOptions co = convert_options(a);
+
+  std::vector<std::string> notes;
+  for (const auto& t : src.tensors) plan_llm_tensor(t.name, t.shape, t.dtype, t.group, co, &notes);
+  for (const auto& s : notes) std::fprintf(stderr, "llm-convert: note: %s\n", s.c_str());
+  src.meta["source"] = base_name(a.input);
+  src.meta["source.format"] = format;
+  src.meta["converter"] = "llm-convert";
+  if (a.has_quant) src.meta["quant.recipe"] = recipe(a, notes.size());
+  return llm::convert_to_llm(src, a.output, co, wo);
+}
+
+// ---------------------------------------------------------------------------
+// Synthetic models
+
+struct Shape {
+  const char* name;
+  int32_t dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;
+  float rope_theta;
+  bool tied;
+};
+
+const Shape kShapes[] = {
+    {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 10000.0f, false},
+    {"llama-3-8b", 4096, 14336, 32, 32, 8, 128256, 8192, 500000.0f, false},
+    {"stories260K-shape", 64, 172, 5, 8, 4, 512, 512, 10000.0f, true},
+};
+
+// SplitMix64: seeds one independent stream per (tensor, row), so any row can
+// be regenerated alone, in any order, on any thread.
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// N(0, sigma) by Box-Muller, in float (twice as fast as double; 24-bit
+// uniforms keep the tails out to ~5.8 sigma).
+void normal_row(uint64_t seed, float sigma, float* out, int64_t n) {
+  uint64_t s = seed;
+  for (int64_t i = 0; i < n; i += 2) {
+    const uint64_t r = splitmix(s);
+    const float u1 = (float(uint32_t(r) >> 8) + 1.0f) * (1.0f / 16777216.0f);  // (0, 1]
+    const float u2 = float(uint32_t(r >> 32) >> 8) * (1.0f / 16777216.0f);     // [0, 1)
+    const float m = std::sqrt(-2.0f * std::log(u1)) * sigma;
+    const float a = 6.28318530718f * u2;
+    out[i] = m * std::cos(a);
+    if (i + 1 < n) out[i + 1] = m * std::sin(a);
+  }
+}
+
+// Placeholder SentencePiece vocab of the right size: <unk>, <s>, </s>, the
+// 256 byte tokens, then distinct generated pieces.
+llm::VocabData placeholder_vocab(int32_t n) {
+  llm::VocabData v;
+  v.model = "llama";
+  v.tokens = {"<unk>", "<s>", "</s>"};
+  v.types = {int32_t(llm::TokenType::Unknown), int32_t(llm::TokenType::Control), int32_t(llm::TokenType::Control)};
+  v.unk = 0;
+  v.bos = 1;
+  v.eos = 2;
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    v.tokens.push_back(buf);
+    v.types.push_back(int32_t(llm::TokenType::Byte));
+  }
+  for (int32_t id = int32_t(v.tokens.size()); id < n; ++id) {
+    const int32_t k = id - 259;
+    std::string piece = (k % 2 == 0) ? "\xE2\x96\x81" : "";
+    // Bijective base 26 of k/2: a, b, ..., z, aa, ab, ...
+    int64_t x = k / 2 + 1;
+    std::string letters;
+    while (x > 0) {
+      --x;
+      letters.insert(letters.begin(), char('a' + x % 26));
+      x /= 26;
+    }
+    v.tokens.push_back(piece + letters);
+    v.types.push_back(int32_t(llm::TokenType::Normal));
+  }
+  v.tokens.resize(size_t(n));
+  v.types.resize(size_t(n));
+  v.scores.resize(size_t(n));
+  for (int32_t id = 0; id < n; ++id) v.scores[size_t(id)] = id < 259 ? 0.0f : -float(id - 259);
+  return v;
+}
+
+llm::LlmWriteReport synthesize(const Args& a, llm::ThreadPool& pool, const llm::LlmWriteOptions& wo) {
+  const Shape* sh = nullptr;
+  for (const auto& s : kShapes)
+    if (a.synthetic == s.name) sh = &s;
+  if (!sh)
+    usage_error("--synthetic: unknown shape '%s' (tinyllama-1.1b, llama-3-8b, stories260K-shape)",
+                a.synthetic.c_str());
+
+  llm::ModelConfig c;
+  c.arch = "llama";
+  c.dim = sh->dim;
+  c.hidden_dim = sh->hidden_dim;
+  c.n_layers = sh->n_layers;
+  c.n_heads = sh->n_heads;
+  c.n_kv_heads = sh->n_kv_heads;
+  c.head_dim = sh->dim / sh->n_heads;
+  c.vocab_size = sh->vocab_size;
+  c.seq_len = sh->seq_len;
+  c.rope_theta = sh->rope_theta;
+  c.norm_eps = 1e-5f;
+  const int64_t dim = c.dim, hid = c.hidden_dim, kv = int64_t(c.head_dim) * c.n_kv_heads, V = c.vocab_size;
+
+  std::vector<llm::LlmTensorSpec> specs;
+  std::vector<std::string> notes;
+  const llm::LlmConvertOptions co = convert_options(a);
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    specs.push_back(llm::plan_llm_tensor(name, shape, DType::F32, 0, co, &notes));
+  };
+  add("token_embd.weight", {V, dim});
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    add(b + "attn_norm.weight", {dim});
+    add(b + "attn_q.weight", {dim, dim});
+    add(b + "attn_k.weight", {kv, dim});
+    add(b + "attn_v.weight", {kv, dim});
+    add(b + "attn_output.weight", {dim, dim});
+    add(b + "ffn_norm.weight", {dim});
+    add(b + "ffn_gate.weight", {hid, dim});
+    add(b + "ffn_up.weight", {hid, dim});
+    add(b + "ffn_down.weight", {dim, hid});
+  }
+  add("output_norm.weight", {dim});
+  if (!sh->tied) add("output.weight", {V, dim});
+  for (const auto& s : notes) std::fprintf(stderr, "llm-convert: note: %s\n", s.c_str());
+
+  std::map<std::string, std::string> meta;
+  meta["synthetic"] = sh->name;
+  meta["synthetic.weights"] = "N(0, 0.02) matrices, norms 1.0, seed " + std::to_string(a.seed);
+  meta["converter"] = "llm-convert";
+  meta["quant.recipe"] = recipe(a, notes.size());
+
+  llm::LlmWriter w(a.output, c, placeholder_vocab(sh->vocab_size), meta, specs, wo);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const llm::LlmTensorSpec& s = specs[i];
+    const int64_t cols = s.shape.back();
+    const size_t dst_row = llm::dtype_row_bytes(s.dtype, cols, s.group);
+    const bool norm = s.shape.size() == 1;
+    uint64_t tseed = a.seed ^ (uint64_t(i + 1) * 0xD6E8FEB86659FD93ull);
+    const uint64_t tensor_seed = splitmix(tseed);
+    w.write_tensor([&](int64_t r0, int64_t n, uint8_t* dst) {
+      parallel_rows(pool, r0, n, [&](int64_t r) {
+        thread_local std::vector<float> row;
+        row.resize(size_t(cols));
+        if (norm) {
+          std::fill(row.begin(), row.end(), 1.0f);
+        } else {
+          uint64_t rs = tensor_seed + uint64_t(r) * 0x9E3779B97F4A7C15ull;
+          normal_row(splitmix(rs), 0.02f, row.data(), cols);
+        }
+        llm::quantize_row(s.dtype, s.group, row.data(), dst + size_t(r - r0) * dst_row, cols);
+      });
+    });
+  }
+  return w.finish();
+}
+
+// ---------------------------------------------------------------------------
+
+int info(const std::string& path) {
+  const llm::ModelSource m = [&] {
+    llm::LlmReadOptions ro;
+    ro.vocab_only = true;
+    return llm::read_llm(path, ro);
+  }();
+  auto f = llm::MappedFile::open(path);
+  const llm::LlmFileInfo fi = llm::inspect_llm(f->data(), f->size());
+  const llm::ModelConfig& c = m.config;
+  std::printf("%s: .llm v%u.%u, %zu tensors, %llu bytes\n", path.c_str(), fi.version_major, fi.version_minor,
+              fi.tensors.size(), (unsigned long long)f->size());
+  std::printf("config: arch %s, dim %d, hidden %d, layers %d, heads %d/%d kv, head_dim %d, vocab %d, ctx %d, "
+              "theta %g, eps %g\n",
+              c.arch.c_str(), c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size,
+              c.seq_len, double(c.rope_theta), double(c.norm_eps));
+  std::printf("vocab: %s, %zu tokens, %zu merges, bos %d, eos %d\n", m.vocab.model.c_str(), m.vocab.tokens.size(),
+              m.vocab.merges.size(), m.vocab.bos, m.vocab.eos);
+  for (const auto& kv : m.meta) std::printf("meta: %s = %s\n", kv.first.c_str(), kv.second.c_str());
+  std::printf("%-32s %-5s %5s %-12s %-20s %12s %12s\n", "tensor", "dtype", "group", "codec", "shape", "raw", "stored");
+  for (const auto& e : fi.tensors) {
+    std::string shape;
+    for (size_t i = 0; i < e.shape.size(); ++i) shape += (i ? "x" : "") + std::to_string(e.shape[i]);
+    std::printf("%-32s %-5s %5u %-12s %-20s %12llu %12llu\n", e.name.c_str(), llm::dtype_name(e.dtype), e.group,
+                llm::llm_codec_name(e.codec), shape.c_str(), (unsigned long long)e.raw_size,
+                (unsigned long long)e.stored_size);
+  }
+  // Full verification (checksums, decompression).
+  llm::ThreadPool pool(0);
+  llm::LlmReadOptions ro;
+  ro.pool = &pool;
+  llm::parse_llm(f, ro);
+  std::printf("all checksums OK\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse_args(argc, argv);
+  ProgressBar bar(!a.quiet && a.info.empty());
+  try {
+    if (!a.info.empty()) return info(a.info);
+    llm::ThreadPool pool(a.threads);
+    llm::LlmWriteOptions wo;
+    wo.allow_zstd = a.zstd;
+    wo.zstd_level = a.zstd_level;
+    wo.pool = &pool;
+    wo.progress = [&](float f) { bar.update(f); };
+    const auto t0 = std::chrono::steady_clock::now();
+    const llm::LlmWriteReport rep = a.synthetic.empty() ? convert(a, wo) : synthesize(a, pool, wo);
+    bar.finish();
+    if (!a.quiet) {
+      print_report(rep, a.output);
+      std::printf("took %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return 0;
+  } catch (const llm::Error& e) {
+    bar.finish();
+    std::fprintf(stderr, "llm-convert: error (%s): %s\n", status_name(e.status()), e.what());
+  } catch (const std::bad_alloc&) {
+    bar.finish();
+    std::fprintf(stderr, "llm-convert: error: out of memory\n");
+  } catch (const std::exception& e) {
+    bar.finish();
+    std::fprintf(stderr, "llm-convert: error: %s\n", e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,129 @@
+// convert_to_llm: format planning and re-encoding, checked against files
+// quantized by ggml itself (stories260K-q8_0.gguf / -q4_0.gguf were made from
+// stories260K.gguf with ggml_quantize_chunk).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/thread_pool.h"
+#include "format/gguf.h"
+#include "format/llama2c.h"
+#include "format/llm_file.h"
+#include "quant/quant.h"
+
+namespace {
+
+std::string model_path(const char* name) { return std::string(LLM_MODELS_DIR) + "/" + name; }
+std::string tmp_path(const std::string& name) { return std::string(LLM_TEST_TMPDIR) + "/" + name; }
+
+// Converts stories260K.gguf (f32) with `dtype` and compares every tensor
+// with the ggml-quantized reference file.
+void check_against_ggml(llm::DType dtype, const char* reference, const char* out_name) {
+  const llm::ModelSource f32 = llm::read_gguf(model_path("stories260K.gguf"), false, nullptr);
+  const llm::ModelSource ref = llm::read_gguf(model_path(reference), false, nullptr);
+  llm::LlmConvertOptions co;
+  co.requantize = true;
+  co.dtype = dtype;
+  co.group = 32;
+  llm::ThreadPool pool(2);
+  llm::LlmWriteOptions wo;
+  wo.pool = &pool;
+  std::vector<std::string> notes;
+  llm::convert_to_llm(f32, tmp_path(out_name), co, wo, &notes);
+  // Only ffn_down (172 columns) cannot be grouped by 32.
+  EXPECT_EQ(notes.size(), 5u);
+  const llm::ModelSource got = llm::read_llm(tmp_path(out_name));
+  ASSERT_EQ(got.tensors.size(), f32.tensors.size());
+  int n_quant = 0;
+  for (const auto& t : got.tensors) {
+    const llm::TensorData* r = ref.find(t.name);
+    ASSERT_NE(r, nullptr) << t.name;
+    EXPECT_EQ(t.shape, r->shape) << t.name;
+    if (t.shape.size() == 1) {
+      EXPECT_EQ(t.dtype, llm::DType::F32) << t.name;
+      EXPECT_EQ(0, std::memcmp(t.data, r->data, t.nbytes)) << t.name;
+    } else if (t.cols() % 32 != 0) {
+      // Kept f32 by ggml, f16 here: equal to f16 rounding of the original.
+      EXPECT_EQ(t.dtype, llm::DType::F16) << t.name;
+      ASSERT_EQ(r->dtype, llm::DType::F32);
+      const float* want = reinterpret_cast<const float*>(r->data);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, t.data + 2 * i, 2);
+        ASSERT_EQ(h, llm::f32_to_f16(want[i])) << t.name << "[" << i << "]";
+      }
+    } else {
+      ++n_quant;
+      EXPECT_EQ(t.dtype, dtype) << t.name;
+      ASSERT_EQ(r->dtype, dtype) << t.name;
+      ASSERT_EQ(t.nbytes, r->nbytes) << t.name;
+      EXPECT_EQ(0, std::memcmp(t.data, r->data, t.nbytes)) << t.name << " differs from ggml's quantization";
+    }
+  }
+  EXPECT_EQ(n_quant, 1 + 4 * 5 + 2 * 5 + 1);  // token_embd, q/k/v/o, gate/up, output
+}
+
+}  // namespace
+
+TEST(Convert, Q8MatchesGgml) { check_against_ggml(llm::DType::Q8, "stories260K-q8_0.gguf", "conv_q8.llm"); }
+TEST(Convert, Q4MatchesGgml) { check_against_ggml(llm::DType::Q4, "stories260K-q4_0.gguf", "conv_q4.llm"); }
+
+TEST(Convert, PlanRules) {
+  llm::LlmConvertOptions keep;
+  std::vector<std::string> notes;
+  llm::LlmTensorSpec s = llm::plan_llm_tensor("x", {64, 64}, llm::DType::Q4, 64, keep, &notes);
+  EXPECT_EQ(s.dtype, llm::DType::Q4);
+  EXPECT_EQ(s.group, 64u);
+  llm::LlmConvertOptions q4;
+  q4.requantize = true;
+  q4.dtype = llm::DType::Q4;
+  q4.group = 128;
+  s = llm::plan_llm_tensor("n", {256}, llm::DType::F16, 0, q4, &notes);
+  EXPECT_EQ(s.dtype, llm::DType::F32);  // norms stay f32
+  s = llm::plan_llm_tensor("m", {8, 256}, llm::DType::F32, 0, q4, &notes);
+  EXPECT_EQ(s.dtype, llm::DType::Q4);
+  EXPECT_EQ(s.group, 128u);
+  EXPECT_TRUE(notes.empty());
+  s = llm::plan_llm_tensor("m", {8, 192}, llm::DType::F32, 0, q4, &notes);  // 192 % 128 != 0
+  EXPECT_EQ(s.dtype, llm::DType::F16);
+  EXPECT_EQ(notes.size(), 1u);
+  llm::LlmConvertOptions f32;
+  f32.requantize = true;
+  f32.dtype = llm::DType::F32;
+  s = llm::plan_llm_tensor("m", {8, 172}, llm::DType::Q8, 32, f32, &notes);
+  EXPECT_EQ(s.dtype, llm::DType::F32);
+  llm::LlmConvertOptions bf;
+  bf.requantize = true;
+  bf.dtype = llm::DType::BF16;
+  s = llm::plan_llm_tensor("m", {8, 172}, llm::DType::F32, 0, bf, &notes);
+  EXPECT_EQ(s.dtype, llm::DType::BF16);
+}
+
+TEST(Convert, Llama2cToBf16AndBack) {
+  // bf16 of every matrix element equals the reference rounding.
+  const llm::ModelSource src = llm::read_llama2c(model_path("stories260K.bin"), model_path("tok512.bin"));
+  llm::LlmConvertOptions co;
+  co.requantize = true;
+  co.dtype = llm::DType::BF16;
+  llm::convert_to_llm(src, tmp_path("conv_bf16.llm"), co);
+  const llm::ModelSource got = llm::read_llm(tmp_path("conv_bf16.llm"));
+  ASSERT_EQ(got.tensors.size(), src.tensors.size());
+  for (size_t i = 0; i < src.tensors.size(); ++i) {
+    const auto& a = src.tensors[i];
+    const auto& b = got.tensors[i];
+    EXPECT_EQ(b.dtype, a.shape.size() == 1 ? llm::DType::F32 : llm::DType::BF16) << a.name;
+    std::vector<float> row(size_t(a.numel()));
+    llm::dequantize_row(b.dtype, 0, b.data, row.data(), a.numel());
+    const float* want = reinterpret_cast<const float*>(a.data);
+    const bool norm = a.shape.size() == 1;  // stays f32: exact
+    for (int64_t j = 0; j < a.numel(); ++j)
+      ASSERT_EQ(row[size_t(j)], norm ? want[j] : llm::bf16_to_f32(llm::f32_to_bf16(want[j])))
+          << a.name << "[" << j << "]";
+  }
+  EXPECT_EQ(got.vocab.tokens, src.vocab.tokens);
+}
