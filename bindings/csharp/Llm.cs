@@ -1,0 +1,734 @@
+// C# binding of libllm (include/llm.h) through P/Invoke.
+//
+// Threading follows the C contract: a Model may be used from many threads at
+// once; a Session by one thread at a time. Each Session holds a reference on
+// its model's SafeHandle, so the C model is freed only after the last session
+// (Model.Dispose only drops the owner's reference).
+//
+// The native library is bound by its SONAME, libllm.so.0, found through the
+// loader path (LD_LIBRARY_PATH, rpath or the system directories).
+using System;
+using System.Collections.Generic;
+using System.Runtime.InteropServices;
+using System.Text;
+using System.Threading;
+
+namespace LibLlm
+{
+    /// <summary>llm_status values. ABI: they never change.</summary>
+    public enum Status
+    {
+        Ok = 0,
+        InvalidArgument = 1,
+        OutOfMemory = 2,
+        Io = 3,
+        Format = 4,
+        Checksum = 5,
+        Unsupported = 6,
+        Device = 7,
+        ContextFull = 8,
+        Cancelled = 9,
+        BufferTooSmall = 10,
+        Internal = 99,
+    }
+
+    public enum Device { Auto = 0, Cpu = 1, Cuda = 2 }
+
+    public enum KvType { F16 = 0, F32 = 1, Int8 = 2, Int4 = 3 }
+
+    public enum LogLevel { Debug = 0, Info = 1, Warn = 2, Error = 3 }
+
+    /// <summary>A failed call: the status and this thread's llm_last_error text.</summary>
+    public class LlmException : Exception
+    {
+        public Status Status { get; private set; }
+        public string Detail { get; private set; }
+
+        public LlmException(Status status, string detail)
+            : base(string.IsNullOrEmpty(detail) ? Llm.StatusString(status) : detail + " (" + Llm.StatusString(status) + ")")
+        {
+            Status = status;
+            Detail = detail ?? "";
+        }
+    }
+
+    internal static class Native
+    {
+        internal const string Lib = "libllm.so.0";
+
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        internal delegate int ProgressFn(float progress, IntPtr user);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        internal delegate void LogFn(int level, IntPtr message, IntPtr user);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        internal delegate int CancelFn(IntPtr user);
+
+        [StructLayout(LayoutKind.Sequential)]
+        internal struct LoadParams
+        {
+            public uint struct_size;
+            public int device;
+            public int n_threads;
+            public uint flags;
+            public IntPtr progress;
+            public IntPtr progress_user_data;
+            public IntPtr log;
+            public IntPtr log_user_data;
+            public ulong kv_budget_bytes;
+            public uint kv_page_tokens;
+        }
+
+        [StructLayout(LayoutKind.Sequential)]
+        internal struct ModelProperties
+        {
+            public uint struct_size;
+            public uint vocab_size;
+            public uint context_length;
+            public int bos;
+            public int eos;
+            public uint n_layers;
+            public uint dim;
+            public uint hidden_dim;
+            public uint n_heads;
+            public uint n_kv_heads;
+            public uint head_dim;
+            public int device;
+            public ulong n_params;
+            public ulong weight_bytes;
+            [MarshalAs(UnmanagedType.ByValArray, SizeConst = 32)] public byte[] architecture;
+            [MarshalAs(UnmanagedType.ByValArray, SizeConst = 16)] public byte[] weight_type;
+        }
+
+        [StructLayout(LayoutKind.Sequential)]
+        internal struct DetokState
+        {
+            public uint struct_size;
+            public int prev_token;
+            public uint n_pending;
+            public uint pending; // uint8_t pending[4]: same bytes, keeps the struct blittable
+        }
+
+        [StructLayout(LayoutKind.Sequential)]
+        internal struct SessionParams
+        {
+            public uint struct_size;
+            public uint max_tokens;
+            public uint window;
+            public uint n_sink;
+            public int kv_type;
+            public IntPtr cancel;
+            public IntPtr cancel_user_data;
+        }
+
+        [StructLayout(LayoutKind.Sequential)]
+        internal struct Sampling
+        {
+            public uint struct_size;
+            public float temperature;
+            public int top_k;
+            public float top_p;
+            public float min_p;
+            public float repeat_penalty;
+            public ulong seed;
+            public int repeat_last_n;
+        }
+
+        [StructLayout(LayoutKind.Sequential)]
+        internal struct SessionStats
+        {
+            public uint struct_size;
+            public uint n_tokens;
+            public uint n_cached;
+            public uint n_prompt;
+            public uint n_generated;
+            public uint kv_pages;
+            public ulong kv_bytes;
+            public double ttft_ms;
+            public double itl_median_ms;
+            public double itl_p95_ms;
+            public double prompt_tokens_per_s;
+            public double gen_tokens_per_s;
+            public uint n_evicted;
+        }
+
+        [DllImport(Lib)] internal static extern uint llm_version();
+        [DllImport(Lib)] internal static extern IntPtr llm_version_string();
+        [DllImport(Lib)] internal static extern IntPtr llm_status_string(int status);
+        [DllImport(Lib)] internal static extern IntPtr llm_last_error();
+        [DllImport(Lib)] internal static extern void llm_load_params_init(ref LoadParams p);
+        [DllImport(Lib)] internal static extern int llm_load(byte[] path, ref LoadParams p, out IntPtr model);
+        [DllImport(Lib)] internal static extern void llm_model_free(IntPtr model);
+        [DllImport(Lib)] internal static extern int llm_model_info(IntPtr model, ref ModelProperties info);
+        [DllImport(Lib)] internal static extern int llm_tokenize(IntPtr model, byte[] text, UIntPtr textLen, uint flags,
+                                                                 [Out] int[] tokens, UIntPtr capacity, out UIntPtr nTokens);
+        [DllImport(Lib)] internal static extern int llm_token_to_text(IntPtr model, int token, [Out] byte[] buf,
+                                                                      UIntPtr capacity, out UIntPtr length);
+        [DllImport(Lib)] internal static extern int llm_detokenize(IntPtr model, int[] tokens, UIntPtr n, [Out] byte[] buf,
+                                                                   UIntPtr capacity, out UIntPtr length);
+        [DllImport(Lib)] internal static extern int llm_token_is_eog(IntPtr model, int token);
+        [DllImport(Lib)] internal static extern void llm_detok_init(ref DetokState state, int prevToken);
+        [DllImport(Lib)] internal static extern int llm_detok_push(IntPtr model, ref DetokState state, int token,
+                                                                   [Out] byte[] buf, UIntPtr capacity, out UIntPtr length);
+        [DllImport(Lib)] internal static extern int llm_detok_flush(ref DetokState state, [Out] byte[] buf, UIntPtr capacity,
+                                                                    out UIntPtr length);
+        [DllImport(Lib)] internal static extern void llm_session_params_init(ref SessionParams p);
+        [DllImport(Lib)] internal static extern int llm_session_create(IntPtr model, ref SessionParams p, out IntPtr session);
+        [DllImport(Lib)] internal static extern void llm_session_free(IntPtr session);
+        [DllImport(Lib)] internal static extern int llm_session_reset(IntPtr session);
+        [DllImport(Lib)] internal static extern int llm_prefill(IntPtr session, int[] tokens, UIntPtr n);
+        [DllImport(Lib)] internal static extern int llm_logits(IntPtr session, out IntPtr logits, out UIntPtr nVocab);
+        [DllImport(Lib)] internal static extern void llm_sampling_init(ref Sampling s);
+        [DllImport(Lib)] internal static extern int llm_decode_step(IntPtr session, ref Sampling s, out int token);
+        [DllImport(Lib)] internal static extern int llm_kv_evict(IntPtr session, uint nKeep, uint nDiscard);
+        [DllImport(Lib)] internal static extern int llm_session_stats(IntPtr session, ref SessionStats stats);
+        [DllImport(Lib)] internal static extern int llm_session_fork(IntPtr src, out IntPtr session);
+        [DllImport(Lib)] internal static extern int llm_session_save(IntPtr session, [Out] byte[] buf, UIntPtr capacity,
+                                                                     out UIntPtr length);
+        [DllImport(Lib)] internal static extern int llm_session_restore(IntPtr model, byte[] buf, UIntPtr length,
+                                                                        out IntPtr session);
+
+        internal static string Utf8(IntPtr p)
+        {
+            if (p == IntPtr.Zero) return "";
+            int n = 0;
+            while (Marshal.ReadByte(p, n) != 0) n++;
+            var bytes = new byte[n];
+            Marshal.Copy(p, bytes, 0, n);
+            return Encoding.UTF8.GetString(bytes);
+        }
+
+        internal static byte[] Utf8Z(string s)
+        {
+            var bytes = Encoding.UTF8.GetBytes(s);
+            var z = new byte[bytes.Length + 1];
+            Buffer.BlockCopy(bytes, 0, z, 0, bytes.Length);
+            return z;
+        }
+
+        // llm_last_error is thread-local; the P/Invoke that failed ran on this thread.
+        internal static void Check(int status)
+        {
+            if (status != 0) throw new LlmException((Status)status, Utf8(llm_last_error()));
+        }
+
+        internal delegate int BufferCall(byte[] buf, UIntPtr capacity, out UIntPtr length);
+
+        internal static byte[] Grow(int initial, BufferCall call)
+        {
+            var buf = new byte[Math.Max(initial, 1)];
+            while (true)
+            {
+                UIntPtr n;
+                int st = call(buf, (UIntPtr)buf.Length, out n);
+                if (st == (int)Status.BufferTooSmall && (long)n > buf.Length) { buf = new byte[(long)n]; continue; }
+                Check(st);
+                var outBytes = new byte[(long)n];
+                Buffer.BlockCopy(buf, 0, outBytes, 0, outBytes.Length);
+                return outBytes;
+            }
+        }
+    }
+
+    /// <summary>Owns an llm_model*. Freed when the owner and every session have released it.</summary>
+    internal sealed class ModelHandle : SafeHandle
+    {
+        internal Native.LogFn LogThunk; // referenced for as long as the C model may log
+
+        internal ModelHandle(IntPtr p) : base(IntPtr.Zero, true) { SetHandle(p); }
+        public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
+        protected override bool ReleaseHandle() { Native.llm_model_free(handle); return true; }
+    }
+
+    /// <summary>Owns an llm_session* and one reference on its model handle.</summary>
+    internal sealed class SessionHandle : SafeHandle
+    {
+        private readonly ModelHandle model;
+
+        internal SessionHandle(IntPtr p, ModelHandle model) : base(IntPtr.Zero, true)
+        {
+            this.model = model; // the caller already did model.DangerousAddRef
+            SetHandle(p);
+        }
+        public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
+        protected override bool ReleaseHandle()
+        {
+            Native.llm_session_free(handle);
+            model.DangerousRelease();
+            return true;
+        }
+    }
+
+    public static class Llm
+    {
+        public const uint HeaderVersion = 0 * 10000 + 1 * 100 + 0; // LLM_VERSION_NUMBER mirrored here
+        public static uint Version { get { return Native.llm_version(); } }
+        public static string VersionString { get { return Native.Utf8(Native.llm_version_string()); } }
+        public static string StatusString(Status s) { return Native.Utf8(Native.llm_status_string((int)s)); }
+    }
+
+    public sealed class LoadOptions
+    {
+        public Device Device = Device.Auto;
+        public int Threads;            // 0 = all cores
+        public bool VocabOnly;         // metadata and tokenizer only; no sessions
+        public bool ReferenceMath;     // f32 math on dequantized weights (slower; matches reference implementations)
+        public ulong KvBudgetBytes;    // 0 = library default
+        public uint KvPageTokens;      // 0 = library default
+        public Func<float, bool> Progress; // return false to cancel loading
+        public Action<LogLevel, string> Log;
+    }
+
+    public sealed class SessionOptions
+    {
+        public uint MaxTokens;         // 0 = the model's context length
+        public uint Window;            // sliding window; 0 = none
+        public uint? Sink;             // attention-sink tokens; null = library default
+        public KvType KvType = KvType.F16;
+    }
+
+    /// <summary>llm_sampling. Default is the library's defaults (greedy).</summary>
+    public struct Sampling
+    {
+        public float Temperature;
+        public int TopK;
+        public float TopP;
+        public float MinP;
+        public float RepeatPenalty;
+        public ulong Seed;
+        public int RepeatLastN;
+
+        public static Sampling Default
+        {
+            get
+            {
+                var n = new Native.Sampling();
+                Native.llm_sampling_init(ref n);
+                return new Sampling
+                {
+                    Temperature = n.temperature, TopK = n.top_k, TopP = n.top_p, MinP = n.min_p,
+                    RepeatPenalty = n.repeat_penalty, Seed = n.seed, RepeatLastN = n.repeat_last_n,
+                };
+            }
+        }
+
+        public static Sampling Greedy { get { return Default; } }
+
+        internal Native.Sampling ToNative()
+        {
+            var n = new Native.Sampling();
+            Native.llm_sampling_init(ref n);
+            n.struct_size = (uint)Marshal.SizeOf(typeof(Native.Sampling));
+            n.temperature = Temperature; n.top_k = TopK; n.top_p = TopP; n.min_p = MinP;
+            n.repeat_penalty = RepeatPenalty; n.seed = Seed; n.repeat_last_n = RepeatLastN;
+            return n;
+        }
+    }
+
+    public sealed class ModelInfo
+    {
+        public uint VocabSize, ContextLength, Layers, Dim, HiddenDim, Heads, KvHeads, HeadDim;
+        public int Bos, Eos; // -1 if none
+        public Device Device;
+        public ulong Params, WeightBytes;
+        public string Architecture, WeightType;
+    }
+
+    public sealed class SessionStats
+    {
+        public uint Tokens, Cached, Prompt, Generated, KvPages, Evicted;
+        public ulong KvBytes;
+        public double TtftMs, ItlMedianMs, ItlP95Ms, PromptTokensPerS, GenTokensPerS;
+    }
+
+    /// <summary>One generated token and the complete UTF-8 text it makes available.</summary>
+    public struct Piece
+    {
+        public int Token;
+        public string Text;
+    }
+
+    /// <summary>A loaded model (native .llm or GGUF). Thread-safe.</summary>
+    public sealed class Model : IDisposable
+    {
+        internal readonly ModelHandle Handle;
+        // SafeHandle alone does not reject use after Dispose while sessions
+        // still hold references (Mono), so the owner's calls check this too.
+        private volatile bool disposed;
+
+        private Model(ModelHandle h) { Handle = h; }
+
+        private void ThrowIfDisposed()
+        {
+            if (disposed) throw new ObjectDisposedException("Model");
+        }
+
+        public static Model Load(string path, LoadOptions options = null)
+        {
+            options = options ?? new LoadOptions();
+            var p = new Native.LoadParams();
+            Native.llm_load_params_init(ref p);
+            p.device = (int)options.Device;
+            p.n_threads = options.Threads;
+            if (options.VocabOnly) p.flags |= 1u;     // LLM_LOAD_VOCAB_ONLY
+            if (options.ReferenceMath) p.flags |= 2u; // LLM_LOAD_REFERENCE_MATH
+            if (options.KvBudgetBytes != 0) p.kv_budget_bytes = options.KvBudgetBytes;
+            if (options.KvPageTokens != 0) p.kv_page_tokens = options.KvPageTokens;
+            Native.ProgressFn progress = null;
+            if (options.Progress != null)
+            {
+                var f = options.Progress;
+                progress = (fraction, user) => { try { return f(fraction) ? 0 : 1; } catch { return 1; } };
+                p.progress = Marshal.GetFunctionPointerForDelegate(progress);
+            }
+            Native.LogFn log = null;
+            if (options.Log != null)
+            {
+                var f = options.Log;
+                log = (level, message, user) => { try { f((LogLevel)level, Native.Utf8(message)); } catch { } };
+                p.log = Marshal.GetFunctionPointerForDelegate(log);
+            }
+            IntPtr raw;
+            int st = Native.llm_load(Native.Utf8Z(path), ref p, out raw);
+            GC.KeepAlive(progress);
+            Native.Check(st);
+            return new Model(new ModelHandle(raw) { LogThunk = log });
+        }
+
+        /// <summary>Drops the owner's reference; the C model goes with the last session.</summary>
+        public void Dispose()
+        {
+            disposed = true;
+            Handle.Dispose();
+        }
+
+        // Runs f with the C model pinned alive; throws ObjectDisposedException after Dispose.
+        private T With<T>(Func<IntPtr, T> f)
+        {
+            bool added = false;
+            try
+            {
+                ThrowIfDisposed();
+                Handle.DangerousAddRef(ref added);
+                return f(Handle.DangerousGetHandle());
+            }
+            finally
+            {
+                if (added) Handle.DangerousRelease();
+            }
+        }
+
+        public ModelInfo Info()
+        {
+            return With(h =>
+            {
+                var p = new Native.ModelProperties();
+                p.struct_size = (uint)Marshal.SizeOf(typeof(Native.ModelProperties));
+                Native.Check(Native.llm_model_info(h, ref p));
+                return new ModelInfo
+                {
+                    VocabSize = p.vocab_size, ContextLength = p.context_length, Bos = p.bos, Eos = p.eos,
+                    Layers = p.n_layers, Dim = p.dim, HiddenDim = p.hidden_dim, Heads = p.n_heads,
+                    KvHeads = p.n_kv_heads, HeadDim = p.head_dim, Device = (Device)p.device, Params = p.n_params,
+                    WeightBytes = p.weight_bytes, Architecture = CString(p.architecture), WeightType = CString(p.weight_type),
+                };
+            });
+        }
+
+        private static string CString(byte[] b)
+        {
+            int n = Array.IndexOf(b, (byte)0);
+            return Encoding.UTF8.GetString(b, 0, n < 0 ? b.Length : n);
+        }
+
+        internal static int[] Tokenize(IntPtr h, byte[] text, uint flags)
+        {
+            var tokens = new int[text.Length + 3];
+            while (true)
+            {
+                UIntPtr n;
+                int st = Native.llm_tokenize(h, text, (UIntPtr)text.Length, flags, tokens, (UIntPtr)tokens.Length, out n);
+                if (st == (int)Status.BufferTooSmall && (long)n > tokens.Length) { tokens = new int[(long)n]; continue; }
+                Native.Check(st);
+                Array.Resize(ref tokens, (int)n);
+                return tokens;
+            }
+        }
+
+        /// <summary>Token ids of UTF-8 text; addBos prepends BOS; parseSpecial turns "&lt;s&gt;" into its id.</summary>
+        public int[] Tokenize(string text, bool addBos = true, bool parseSpecial = false)
+        {
+            uint flags = (addBos ? 1u : 0u) | (parseSpecial ? 2u : 0u);
+            var bytes = Encoding.UTF8.GetBytes(text);
+            return With(h => Tokenize(h, bytes, flags));
+        }
+
+        public byte[] TokenBytes(int token)
+        {
+            return With(h => Native.Grow(32, (byte[] b, UIntPtr c, out UIntPtr n) => Native.llm_token_to_text(h, token, b, c, out n)));
+        }
+
+        public string Detokenize(int[] tokens)
+        {
+            return With(h => Encoding.UTF8.GetString(Native.Grow(8 * tokens.Length + 16,
+                (byte[] b, UIntPtr c, out UIntPtr n) => Native.llm_detokenize(h, tokens, (UIntPtr)tokens.Length, b, c, out n))));
+        }
+
+        public bool IsEog(int token) { return With(h => Native.llm_token_is_eog(h, token) != 0); }
+
+        public Detokenizer CreateDetokenizer(int prevToken = -1)
+        {
+            ThrowIfDisposed();
+            return new Detokenizer(Handle, prevToken);
+        }
+
+        public Session CreateSession(SessionOptions options = null)
+        {
+            ThrowIfDisposed();
+            return new Session(Handle, options ?? new SessionOptions());
+        }
+
+        /// <summary>Rebuilds a session from Session.Save bytes (same model shape and KV page size).
+        /// Malformed bytes throw LlmException with Status.Format or Status.Checksum.</summary>
+        public Session RestoreSession(byte[] saved)
+        {
+            ThrowIfDisposed();
+            bool added = false;
+            Handle.DangerousAddRef(ref added); // becomes the new session's model reference
+            IntPtr raw;
+            int st = Native.llm_session_restore(Handle.DangerousGetHandle(), saved, (UIntPtr)saved.Length, out raw);
+            if (st != 0)
+            {
+                var e = new LlmException((Status)st, Native.Utf8(Native.llm_last_error()));
+                Handle.DangerousRelease();
+                throw e;
+            }
+            return new Session(Handle, raw, null, -1);
+        }
+    }
+
+    /// <summary>Streaming detokenizer (llm_detok_push): emits only complete UTF-8.</summary>
+    public sealed class Detokenizer
+    {
+        private readonly ModelHandle model;
+        private Native.DetokState state;
+        private byte[] buf = new byte[64];
+
+        internal Detokenizer(ModelHandle model, int prevToken)
+        {
+            this.model = model;
+            Native.llm_detok_init(ref state, prevToken);
+        }
+
+        public string Push(int token)
+        {
+            bool added = false;
+            try
+            {
+                model.DangerousAddRef(ref added);
+                while (true)
+                {
+                    UIntPtr n;
+                    int st = Native.llm_detok_push(model.DangerousGetHandle(), ref state, token, buf, (UIntPtr)buf.Length, out n);
+                    if (st == (int)Status.BufferTooSmall && (long)n > buf.Length) { buf = new byte[(long)n]; continue; }
+                    Native.Check(st);
+                    return Encoding.UTF8.GetString(buf, 0, (int)n);
+                }
+            }
+            finally
+            {
+                if (added) model.DangerousRelease();
+            }
+        }
+
+        /// <summary>Ends the stream: held-back bytes come out as U+FFFD.</summary>
+        public string Flush()
+        {
+            return Encoding.UTF8.GetString(Native.Grow(16, (byte[] b, UIntPtr c, out UIntPtr n) => Native.llm_detok_flush(ref state, b, c, out n)));
+        }
+    }
+
+    /// <summary>One sequence on a model. Not thread-safe: one thread at a time.</summary>
+    public sealed class Session : IDisposable
+    {
+        // Shared between a session and its forks, which inherit the C cancel callback.
+        private sealed class CancelState
+        {
+            internal int Flag;
+            internal readonly Native.CancelFn Thunk; // referenced while any C session may call it
+            internal CancelState() { Thunk = user => Volatile.Read(ref Flag); }
+        }
+
+        private readonly ModelHandle model;
+        private readonly SessionHandle handle;
+        private readonly CancelState cancel; // null for restored sessions
+        private int last = -1; // last token appended or returned; -1 if unknown
+
+        // Wraps a C session that already holds one reference on `model`.
+        internal Session(ModelHandle model, IntPtr raw, object cancelState, int last)
+        {
+            this.model = model;
+            handle = new SessionHandle(raw, model);
+            cancel = (CancelState)cancelState;
+            this.last = last;
+        }
+
+        internal Session(ModelHandle model, SessionOptions o)
+        {
+            var p = new Native.SessionParams();
+            Native.llm_session_params_init(ref p);
+            p.max_tokens = o.MaxTokens;
+            p.window = o.Window;
+            if (o.Sink.HasValue) p.n_sink = o.Sink.Value;
+            p.kv_type = (int)o.KvType;
+            cancel = new CancelState();
+            p.cancel = Marshal.GetFunctionPointerForDelegate(cancel.Thunk);
+
+            bool added = false;
+            model.DangerousAddRef(ref added); // throws ObjectDisposedException after Model.Dispose
+            IntPtr raw;
+            int st = Native.llm_session_create(model.DangerousGetHandle(), ref p, out raw);
+            if (st != 0)
+            {
+                var e = new LlmException((Status)st, Native.Utf8(Native.llm_last_error()));
+                model.DangerousRelease();
+                throw e;
+            }
+            this.model = model;
+            handle = new SessionHandle(raw, model);
+        }
+
+        public void Dispose() { handle.Dispose(); }
+
+        private IntPtr H
+        {
+            get
+            {
+                if (handle.IsClosed) throw new ObjectDisposedException("Session");
+                return handle.DangerousGetHandle();
+            }
+        }
+
+        /// <summary>Makes a running or later Prefill fail with Status.Cancelled until ResetCancel. Any thread.</summary>
+        public void Cancel() { if (cancel != null) Volatile.Write(ref cancel.Flag, 1); }
+        public void ResetCancel() { if (cancel != null) Volatile.Write(ref cancel.Flag, 0); }
+
+        /// <summary>An independent copy sharing this session's KV pages (copy on write); it may be
+        /// used on another thread. It shares this session's cancel flag.</summary>
+        public Session Fork()
+        {
+            IntPtr src = H;
+            bool added = false;
+            model.DangerousAddRef(ref added); // becomes the fork's model reference
+            IntPtr raw;
+            int st = Native.llm_session_fork(src, out raw);
+            if (st != 0)
+            {
+                var e = new LlmException((Status)st, Native.Utf8(Native.llm_last_error()));
+                model.DangerousRelease();
+                throw e;
+            }
+            return new Session(model, raw, cancel, last);
+        }
+
+        /// <summary>The session (tokens, KV cache, logits, sampler state) as versioned, checksummed bytes.</summary>
+        public byte[] Save()
+        {
+            IntPtr h = H;
+            UIntPtr need;
+            int st = Native.llm_session_save(h, null, UIntPtr.Zero, out need);
+            if (st != (int)Status.BufferTooSmall) Native.Check(st);
+            return Native.Grow((int)need, (byte[] b, UIntPtr c, out UIntPtr n) => Native.llm_session_save(h, b, c, out n));
+        }
+
+        public void Prefill(int[] tokens)
+        {
+            Native.Check(Native.llm_prefill(H, tokens, (UIntPtr)tokens.Length));
+            if (tokens.Length > 0) last = tokens[tokens.Length - 1];
+        }
+
+        public int DecodeStep(Sampling? sampling = null)
+        {
+            var s = (sampling ?? Sampling.Default).ToNative();
+            int token;
+            Native.Check(Native.llm_decode_step(H, ref s, out token));
+            last = token;
+            return token;
+        }
+
+        /// <summary>A copy of the logits the next DecodeStep samples from.</summary>
+        public float[] Logits()
+        {
+            IntPtr p;
+            UIntPtr n;
+            Native.Check(Native.llm_logits(H, out p, out n));
+            var result = new float[(long)n];
+            Marshal.Copy(p, result, 0, result.Length);
+            return result;
+        }
+
+        public void Reset() { Native.Check(Native.llm_session_reset(H)); last = -1; }
+
+        public void KvEvict(uint nKeep, uint nDiscard)
+        {
+            uint before = Stats().Tokens;
+            Native.Check(Native.llm_kv_evict(H, nKeep, nDiscard));
+            if ((ulong)nKeep + nDiscard >= before) last = -1; // the tail went; its last token is unknown here
+        }
+
+        public SessionStats Stats()
+        {
+            var s = new Native.SessionStats();
+            s.struct_size = (uint)Marshal.SizeOf(typeof(Native.SessionStats));
+            Native.Check(Native.llm_session_stats(H, ref s));
+            return new SessionStats
+            {
+                Tokens = s.n_tokens, Cached = s.n_cached, Prompt = s.n_prompt, Generated = s.n_generated,
+                KvPages = s.kv_pages, KvBytes = s.kv_bytes, TtftMs = s.ttft_ms, ItlMedianMs = s.itl_median_ms,
+                ItlP95Ms = s.itl_p95_ms, PromptTokensPerS = s.prompt_tokens_per_s, GenTokensPerS = s.gen_tokens_per_s,
+                Evicted = s.n_evicted,
+            };
+        }
+
+        /// <summary>
+        /// Up to maxTokens generated tokens with their text. An end-of-generation token ends the
+        /// stream and is not yielded, except when bytes were still held back: they come (as U+FFFD)
+        /// in a last piece carrying that token. After the last of maxTokens tokens, held-back bytes
+        /// are appended to its text. Lazy: each MoveNext runs one decode step.
+        /// </summary>
+        public IEnumerable<Piece> Stream(int maxTokens, Sampling? sampling = null)
+        {
+            var detok = new Detokenizer(model, last);
+            for (int i = 0; i < maxTokens; i++)
+            {
+                int tok = DecodeStep(sampling);
+                if (Native.llm_token_is_eog(model.DangerousGetHandle(), tok) != 0)
+                {
+                    string rest = detok.Flush();
+                    if (rest.Length > 0) yield return new Piece { Token = tok, Text = rest };
+                    yield break;
+                }
+                string text = detok.Push(tok);
+                if (i == maxTokens - 1) text += detok.Flush();
+                yield return new Piece { Token = tok, Text = text };
+            }
+        }
+
+        /// <summary>Tokenizes prompt (with BOS), prefills it now, and streams the continuation.</summary>
+        public IEnumerable<Piece> GeneratePieces(string prompt, int maxTokens, Sampling? sampling = null)
+        {
+            Prefill(Model.Tokenize(model.DangerousGetHandle(), Encoding.UTF8.GetBytes(prompt), 1u));
+            return Stream(maxTokens, sampling);
+        }
+
+        /// <summary>As GeneratePieces, yielding only the text.</summary>
+        public IEnumerable<string> Generate(string prompt, int maxTokens, Sampling? sampling = null)
+        {
+            return TextOf(GeneratePieces(prompt, maxTokens, sampling));
+        }
+
+        private static IEnumerable<string> TextOf(IEnumerable<Piece> pieces)
+        {
+            foreach (var p in pieces) yield return p.Text;
+        }
+    }
+}

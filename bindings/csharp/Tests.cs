@@ -1,0 +1,299 @@
+// Tests of the C# binding against the real library and case 0 of
+// reference/stories260K_greedy.json (llama2.c run.c, greedy; copied as test data).
+// A tiny runner of its own: every public static void Test* method runs; exit 1 on failure.
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+using System.Reflection;
+using System.Runtime.InteropServices;
+using System.Text;
+using System.Threading;
+using LibLlm;
+
+public static class Tests
+{
+    const string Prompt = "Once upon a time";
+    static readonly int[] PromptIds = { 1, 403, 407, 261, 378 };
+    static readonly int[] GeneratedIds = {
+        432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322,
+        265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267,
+        337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415, 426, 13, 438, 310, 439, 419, 357, 336,
+    };
+    const string GeneratedText = ", there was a little girl named Lily. She loved to play outside in the park. One day, " +
+        "she saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said";
+
+    static string ModelsDir
+    {
+        get
+        {
+            var d = Environment.GetEnvironmentVariable("LLM_MODELS_DIR");
+            return string.IsNullOrEmpty(d) ? Path.Combine("..", "..", "..", "shared", "models") : d;
+        }
+    }
+
+    static Model LoadStories()
+    {
+        // One compute thread: tests run next to other jobs on small CI machines.
+        return Model.Load(Path.Combine(ModelsDir, "stories260K.gguf"), new LoadOptions { Device = Device.Cpu, Threads = 1 });
+    }
+
+    static void Check(bool cond, string what)
+    {
+        if (!cond) throw new Exception("check failed: " + what);
+    }
+
+    static void Equal<T>(T want, T got, string what)
+    {
+        if (!EqualityComparer<T>.Default.Equals(want, got))
+            throw new Exception(string.Format("{0}: want <{1}>, got <{2}>", what, want, got));
+    }
+
+    static void SameIds(int[] want, int[] got, string what)
+    {
+        if (!want.SequenceEqual(got))
+            throw new Exception(string.Format("{0}: want [{1}], got [{2}]", what, string.Join(",", want), string.Join(",", got)));
+    }
+
+    static Status Throws(Action a)
+    {
+        try { a(); }
+        catch (LlmException e) { Check(e.Detail != null, "detail set"); return e.Status; }
+        throw new Exception("expected LlmException");
+    }
+
+    static int[] Greedy(Session s, int n)
+    {
+        var ids = new int[n];
+        for (int i = 0; i < n; i++) ids[i] = s.DecodeStep();
+        return ids;
+    }
+
+    public static void TestVersion()
+    {
+        Equal(Llm.HeaderVersion, Llm.Version, "llm_version");
+        Equal("0.1.0", Llm.VersionString, "llm_version_string");
+    }
+
+    public static void TestStructLayouts()
+    {
+        // x86-64 / LP64 values pinned by tests/abi/layout_test.cpp.
+        var asm = typeof(Model).Assembly;
+        var sizes = new Dictionary<string, int> {
+            { "LoadParams", 64 }, { "ModelProperties", 112 }, { "DetokState", 16 },
+            { "SessionParams", 40 }, { "Sampling", 40 }, { "SessionStats", 80 },
+        };
+        foreach (var kv in sizes)
+        {
+            var t = asm.GetType("LibLlm.Native+" + kv.Key, true);
+            Equal(kv.Value, Marshal.SizeOf(t), "sizeof " + kv.Key);
+        }
+        Equal(64, (int)Marshal.OffsetOf(asm.GetType("LibLlm.Native+ModelProperties"), "architecture"), "offsetof architecture");
+        Equal(24, (int)Marshal.OffsetOf(asm.GetType("LibLlm.Native+SessionParams"), "cancel"), "offsetof cancel");
+        Equal(72, (int)Marshal.OffsetOf(asm.GetType("LibLlm.Native+SessionStats"), "n_evicted"), "offsetof n_evicted");
+    }
+
+    public static void TestReferenceGreedy()
+    {
+        using (var model = LoadStories())
+        using (var s = model.CreateSession())
+        {
+            var info = model.Info();
+            Equal(512u, info.VocabSize, "vocab");
+            Equal(5u, info.Layers, "layers");
+            Equal("llama", info.Architecture, "architecture");
+            Equal(1, info.Bos, "bos");
+
+            var prompt = model.Tokenize(Prompt);
+            SameIds(PromptIds, prompt, "prompt ids");
+            Equal(Prompt, model.Detokenize(prompt), "detokenize");
+
+            s.Prefill(prompt);
+            var logits = s.Logits();
+            Equal(512, logits.Length, "n_vocab");
+            int best = 0;
+            for (int i = 1; i < logits.Length; i++) if (logits[i] > logits[best]) best = i;
+            Equal(GeneratedIds[0], best, "argmax of prefill logits");
+            SameIds(GeneratedIds, Greedy(s, 64), "greedy ids");
+            var st = s.Stats();
+            Equal(5u, st.Prompt, "n_prompt");
+            Equal(64u, st.Generated, "n_generated");
+            Equal(69u, st.Tokens, "n_tokens");
+
+            s.Reset();
+            var pieces = s.GeneratePieces(Prompt, 64).ToList();
+            SameIds(GeneratedIds, pieces.Select(p => p.Token).ToArray(), "streamed ids");
+            Equal(GeneratedText, string.Concat(pieces.Select(p => p.Text)), "streamed text");
+
+            s.Reset();
+            var sb = new StringBuilder();
+            foreach (var text in s.Generate(Prompt, 64, new Sampling { Temperature = 0, TopP = 1, RepeatPenalty = 1 }))
+                sb.Append(text);
+            Equal(GeneratedText, sb.ToString(), "Generate text");
+        }
+    }
+
+    public static void TestThreadsShareTheModel()
+    {
+        using (var model = LoadStories())
+        {
+            var results = new int[4][];
+            var errors = new List<Exception>();
+            var threads = Enumerable.Range(0, 4).Select(i => new Thread(() =>
+            {
+                try
+                {
+                    using (var s = model.CreateSession())
+                    {
+                        s.Prefill(PromptIds);
+                        results[i] = Greedy(s, 24);
+                    }
+                }
+                catch (Exception e) { lock (errors) errors.Add(e); }
+            })).ToList();
+            threads.ForEach(t => t.Start());
+            threads.ForEach(t => t.Join());
+            if (errors.Count > 0) throw errors[0];
+            foreach (var r in results) SameIds(GeneratedIds.Take(24).ToArray(), r, "thread ids");
+        }
+    }
+
+    public static void TestSessionKeepsModelAlive()
+    {
+        var model = LoadStories();
+        var s = model.CreateSession();
+        model.Dispose();
+        bool disposed = false;
+        try { model.Tokenize("x"); } catch (ObjectDisposedException) { disposed = true; }
+        Check(disposed, "Tokenize after Dispose throws ObjectDisposedException");
+        disposed = false;
+        try { model.CreateSession(); } catch (ObjectDisposedException) { disposed = true; }
+        Check(disposed, "CreateSession after Dispose throws ObjectDisposedException");
+        var text = string.Concat(s.Generate(Prompt, 8));
+        Check(text.Length > 0 && GeneratedText.StartsWith(text, StringComparison.Ordinal), "text after model Dispose: " + text);
+        s.Dispose();
+        disposed = false;
+        try { s.DecodeStep(); } catch (ObjectDisposedException) { disposed = true; }
+        Check(disposed, "DecodeStep after Dispose throws ObjectDisposedException");
+        s.Dispose(); // idempotent
+    }
+
+    public static void TestErrors()
+    {
+        Equal(Status.Io, Throws(() => Model.Load(Path.Combine(ModelsDir, "does-not-exist.gguf"))), "missing file");
+        try { Model.Load(Path.Combine(ModelsDir, "does-not-exist.gguf")); }
+        catch (LlmException e) { Check(e.Detail.Length > 0 && e.Message.Contains(e.Detail), "message carries detail"); }
+        Equal(Status.Format, Throws(() => Model.Load(Path.Combine(ModelsDir, "README.md"))), "not a model");
+        using (var model = LoadStories())
+        using (var s = model.CreateSession())
+        {
+            Equal(Status.InvalidArgument, Throws(() => s.DecodeStep()), "decode on an empty session");
+            Equal(Status.InvalidArgument, Throws(() => s.Prefill(new[] { 100000 })), "bad token id");
+            s.Prefill(PromptIds);
+            Equal(GeneratedIds[0], s.DecodeStep(), "usable after errors");
+            Equal(Status.InvalidArgument, Throws(() => s.KvEvict(0, 1000)), "evict outside the sequence");
+        }
+    }
+
+    public static void TestVocabOnly()
+    {
+        var seen = new List<float>();
+        using (var model = Model.Load(Path.Combine(ModelsDir, "stories260K.gguf"),
+                                      new LoadOptions { VocabOnly = true, Progress = p => { seen.Add(p); return true; } }))
+        {
+            SameIds(PromptIds, model.Tokenize(Prompt), "vocab-only tokenize");
+            Equal(Status.Unsupported, Throws(() => model.CreateSession()), "session on a vocab-only model");
+        }
+        Check(seen.All(p => p >= 0 && p <= 1), "progress in [0,1]");
+    }
+
+    public static void TestProgressCanCancel()
+    {
+        int calls = 0;
+        bool cancelled = false;
+        try
+        {
+            Model.Load(Path.Combine(ModelsDir, "stories260K.gguf"),
+                       new LoadOptions { Device = Device.Cpu, Progress = p => { calls++; return false; } }).Dispose();
+        }
+        catch (LlmException e) { Equal(Status.Cancelled, e.Status, "cancel status"); cancelled = true; }
+        // A library that reports progress must honour the cancel request.
+        Equal(calls > 0, cancelled, "cancelled iff progress was reported");
+    }
+
+    public static void TestDetokenizerHoldsBackIncompleteUtf8()
+    {
+        using (var model = LoadStories())
+        {
+            // "ö" is not in the vocabulary: byte fallback gives <0xC3> <0xB6> = ids 198, 185.
+            var ids = model.Tokenize("ö", addBos: false);
+            SameIds(new[] { 198, 185 }, ids.Skip(ids.Length - 2).ToArray(), "byte fallback");
+            var d = model.CreateDetokenizer(378);
+            Equal("", d.Push(198), "first byte held back");
+            Equal("ö", d.Push(185), "completed");
+            Equal("", d.Push(198), "held back again");
+            Equal("\uFFFD", d.Flush(), "flush");
+        }
+    }
+
+    public static void TestForkAndSaveRestore()
+    {
+        using (var model = LoadStories())
+        {
+            byte[] saved;
+            Session fork;
+            using (var s = model.CreateSession())
+            {
+                s.Prefill(PromptIds);
+                SameIds(GeneratedIds.Take(10).ToArray(), Greedy(s, 10), "first 10");
+                fork = s.Fork();
+                saved = s.Save();
+                Check(saved.Length > 0, "saved bytes");
+                SameIds(GeneratedIds.Skip(10).Take(10).ToArray(), Greedy(s, 10), "original after fork");
+            }
+            int[] forkIds = null;
+            var t = new Thread(() => { forkIds = Greedy(fork, 10); });
+            t.Start();
+            t.Join();
+            fork.Dispose();
+            SameIds(GeneratedIds.Skip(10).Take(10).ToArray(), forkIds, "fork outlives its parent");
+            using (var r = model.RestoreSession(saved))
+            {
+                Equal(15u, r.Stats().Tokens, "restored n_tokens");
+                SameIds(GeneratedIds.Skip(10).Take(10).ToArray(), Greedy(r, 10), "restored");
+            }
+            var bad = (byte[])saved.Clone();
+            bad[bad.Length / 2] ^= 0x55;
+            foreach (var damaged in new[] { bad, saved.Take(saved.Length / 3).ToArray() })
+            {
+                var st = Throws(() => model.RestoreSession(damaged));
+                Check(st == Status.Format || st == Status.Checksum, "damaged bytes rejected: " + st);
+            }
+        }
+    }
+
+    public static int Main(string[] args)
+    {
+        int failed = 0, passed = 0;
+        foreach (var m in typeof(Tests).GetMethods(BindingFlags.Public | BindingFlags.Static)
+                     .Where(m => m.Name.StartsWith("Test")).OrderBy(m => m.Name))
+        {
+            if (args.Length > 0 && !args.Contains(m.Name)) continue;
+            try
+            {
+                m.Invoke(null, null);
+                passed++;
+                Console.WriteLine("[PASS] " + m.Name);
+            }
+            catch (TargetInvocationException e)
+            {
+                failed++;
+                Console.WriteLine("[FAIL] " + m.Name + ": " + e.InnerException);
+            }
+        }
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        Console.WriteLine(string.Format("{0} passed, {1} failed", passed, failed));
+        return failed == 0 && passed > 0 ? 0 : 1;
+    }
+}

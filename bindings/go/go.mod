@@ -1,0 +1,3 @@
+module libllm/bindings/go
+
+go 1.19

@@ -1,0 +1,842 @@
+// Package llm is a cgo binding of libllm (include/llm.h), an embeddable LLM
+// inference engine.
+//
+// Threading follows the C contract: a *Model may be used from any number of
+// goroutines at once; a *Session must be used by one goroutine at a time.
+// Every session keeps its model alive: Model.Close frees the C model only
+// once the last session is closed.
+//
+// Build: the header comes from this repository (../../include) or the
+// system include path; point the linker at libllm with
+// CGO_LDFLAGS="-L<libdir> -Wl,-rpath,<libdir>".
+package llm
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../include
+#cgo LDFLAGS: -lllm
+#include <stdlib.h>
+#include "llm.h"
+
+// The session cancel callback reads a flag in C memory that Go sets atomically.
+static int llm_go_cancel(void *flag) { return __atomic_load_n((int32_t *)flag, __ATOMIC_RELAXED); }
+static llm_cancel_fn llm_go_cancel_fn(void) { return llm_go_cancel; }
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Token is a token id.
+type Token = int32
+
+// Status is an llm_status value. Its values are ABI and never change.
+type Status int32
+
+const (
+	StatusOK              Status = C.LLM_OK
+	StatusInvalidArgument Status = C.LLM_ERR_INVALID_ARGUMENT
+	StatusOutOfMemory     Status = C.LLM_ERR_OUT_OF_MEMORY
+	StatusIO              Status = C.LLM_ERR_IO
+	StatusFormat          Status = C.LLM_ERR_FORMAT
+	StatusChecksum        Status = C.LLM_ERR_CHECKSUM
+	StatusUnsupported     Status = C.LLM_ERR_UNSUPPORTED
+	StatusDevice          Status = C.LLM_ERR_DEVICE
+	StatusContextFull     Status = C.LLM_ERR_CONTEXT_FULL
+	StatusCancelled       Status = C.LLM_ERR_CANCELLED
+	StatusBufferTooSmall  Status = C.LLM_ERR_BUFFER_TOO_SMALL
+	StatusInternal        Status = C.LLM_ERR_INTERNAL
+)
+
+// String is the library's static description of the status.
+func (s Status) String() string { return C.GoString(C.llm_status_string(C.llm_status(s))) }
+
+// Error is a failed call: its status and the llm_last_error text.
+type Error struct {
+	Status  Status
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return e.Status.String()
+	}
+	return e.Message + " (" + e.Status.String() + ")"
+}
+
+// Is makes errors.Is(err, llm.ErrFormat) match any error with that status.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Status == e.Status && (t.Message == "" || t.Message == e.Message)
+}
+
+// Sentinel errors for errors.Is.
+var (
+	ErrInvalidArgument = &Error{Status: StatusInvalidArgument}
+	ErrOutOfMemory     = &Error{Status: StatusOutOfMemory}
+	ErrIO              = &Error{Status: StatusIO}
+	ErrFormat          = &Error{Status: StatusFormat}
+	ErrChecksum        = &Error{Status: StatusChecksum}
+	ErrUnsupported     = &Error{Status: StatusUnsupported}
+	ErrDevice          = &Error{Status: StatusDevice}
+	ErrContextFull     = &Error{Status: StatusContextFull}
+	ErrCancelled       = &Error{Status: StatusCancelled}
+	ErrBufferTooSmall  = &Error{Status: StatusBufferTooSmall}
+	ErrInternal        = &Error{Status: StatusInternal}
+	// ErrClosed is returned by calls on a closed Model or Session.
+	ErrClosed = errors.New("llm: use of a closed handle")
+)
+
+// call runs one C call and, on failure, reads llm_last_error on the same OS
+// thread (it is thread-local and a goroutine may otherwise migrate between
+// the two cgo calls).
+func call(f func() C.llm_status) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	st := f()
+	if st == C.LLM_OK {
+		return nil
+	}
+	return &Error{Status: Status(st), Message: C.GoString(C.llm_last_error())}
+}
+
+// growBytes calls f with growing byte buffers until the result fits.
+func growBytes(initial int, f func(buf *C.char, capacity C.size_t, length *C.size_t) C.llm_status) ([]byte, error) {
+	buf := make([]byte, initial+1)
+	for {
+		var n C.size_t
+		err := call(func() C.llm_status { return f((*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &n) })
+		var e *Error
+		if errors.As(err, &e) && e.Status == StatusBufferTooSmall && int(n) > len(buf) {
+			buf = make([]byte, int(n))
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return buf[:int(n)], nil
+	}
+}
+
+// Version is the run-time LLM_VERSION_NUMBER of the linked library.
+func Version() uint32 { return uint32(C.llm_version()) }
+
+// VersionString is the run-time version, e.g. "0.1.0".
+func VersionString() string { return C.GoString(C.llm_version_string()) }
+
+// HeaderVersion is LLM_VERSION_NUMBER of the header this package was built with.
+const HeaderVersion = uint32(C.LLM_VERSION_NUMBER)
+
+// Device selects where a model runs.
+type Device int32
+
+const (
+	DeviceAuto Device = C.LLM_DEVICE_AUTO
+	DeviceCPU  Device = C.LLM_DEVICE_CPU
+	DeviceCUDA Device = C.LLM_DEVICE_CUDA
+)
+
+// KVType is the element type of a session's KV cache.
+type KVType int32
+
+const (
+	KVF16  KVType = C.LLM_KV_F16
+	KVF32  KVType = C.LLM_KV_F32
+	KVInt8 KVType = C.LLM_KV_INT8
+	KVInt4 KVType = C.LLM_KV_INT4
+)
+
+// LoadOptions are the options of Load. A nil *LoadOptions means defaults;
+// zero fields mean the library's defaults.
+type LoadOptions struct {
+	Device        Device
+	Threads       int32 // 0 = all cores
+	VocabOnly     bool  // metadata and tokenizer only; no sessions
+	ReferenceMath bool  // f32 math on dequantized weights (slower; matches reference implementations)
+	KVBudgetBytes uint64
+	KVPageTokens  uint32
+}
+
+// Model is a loaded model, safe for concurrent use.
+type Model struct {
+	mu     sync.RWMutex // write-held only while freeing the C model
+	ptr    *C.llm_model
+	refs   int32 // atomic: the owner's reference (until Close) plus one per open session
+	closed bool
+}
+
+// Load opens a model file (native .llm or GGUF).
+func Load(path string, opts *LoadOptions) (*Model, error) {
+	var p C.llm_load_params
+	C.llm_load_params_init(&p)
+	if opts != nil {
+		p.device = C.llm_device(opts.Device)
+		p.n_threads = C.int32_t(opts.Threads)
+		if opts.VocabOnly {
+			p.flags |= C.LLM_LOAD_VOCAB_ONLY
+		}
+		if opts.ReferenceMath {
+			p.flags |= C.LLM_LOAD_REFERENCE_MATH
+		}
+		if opts.KVBudgetBytes != 0 {
+			p.kv_budget_bytes = C.uint64_t(opts.KVBudgetBytes)
+		}
+		if opts.KVPageTokens != 0 {
+			p.kv_page_tokens = C.uint32_t(opts.KVPageTokens)
+		}
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var out *C.llm_model
+	if err := call(func() C.llm_status { return C.llm_load(cpath, &p, &out) }); err != nil {
+		return nil, err
+	}
+	m := &Model{ptr: out, refs: 1}
+	runtime.SetFinalizer(m, func(m *Model) { m.Close() })
+	return m, nil
+}
+
+// release drops one reference; the last one frees the C model.
+func (m *Model) release() {
+	if atomic.AddInt32(&m.refs, -1) != 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// Re-check under the write lock: references are only taken under the read lock.
+	if atomic.LoadInt32(&m.refs) == 0 && m.ptr != nil {
+		C.llm_model_free(m.ptr)
+		m.ptr = nil
+	}
+}
+
+// Close releases the caller's reference. The C model is freed once every
+// session on it is closed too. Closing twice is a no-op.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	m.release()
+	return nil
+}
+
+// with runs f with the C model held alive (read lock). Sessions use it even
+// after the owner's Close, since they hold references of their own.
+func (m *Model) with(f func(p *C.llm_model) error) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.ptr == nil {
+		return ErrClosed
+	}
+	return f(m.ptr)
+}
+
+// withOpen is with for the owner's calls: they fail after Close.
+func (m *Model) withOpen(f func(p *C.llm_model) error) error {
+	m.mu.RLock()
+	closed := m.closed
+	m.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	return m.with(f)
+}
+
+// Info describes a loaded model.
+type Info struct {
+	VocabSize     uint32
+	ContextLength uint32
+	BOS, EOS      Token // -1 if none
+	Layers        uint32
+	Dim           uint32
+	HiddenDim     uint32
+	Heads         uint32
+	KVHeads       uint32
+	HeadDim       uint32
+	Device        Device
+	Params        uint64
+	WeightBytes   uint64
+	Architecture  string
+	WeightType    string
+}
+
+// Info returns the model's properties.
+func (m *Model) Info() (Info, error) {
+	var p C.llm_model_properties
+	p.struct_size = C.uint32_t(unsafe.Sizeof(p))
+	err := m.withOpen(func(mp *C.llm_model) error {
+		return call(func() C.llm_status { return C.llm_model_info(mp, &p) })
+	})
+	if err != nil {
+		return Info{}, err
+	}
+	return Info{
+		VocabSize: uint32(p.vocab_size), ContextLength: uint32(p.context_length),
+		BOS: Token(p.bos), EOS: Token(p.eos), Layers: uint32(p.n_layers), Dim: uint32(p.dim),
+		HiddenDim: uint32(p.hidden_dim), Heads: uint32(p.n_heads), KVHeads: uint32(p.n_kv_heads),
+		HeadDim: uint32(p.head_dim), Device: Device(p.device), Params: uint64(p.n_params),
+		WeightBytes:  uint64(p.weight_bytes),
+		Architecture: C.GoString(&p.architecture[0]), WeightType: C.GoString(&p.weight_type[0]),
+	}, nil
+}
+
+// Tokenize converts text to ids; addBOS prepends the model's BOS token and
+// parseSpecial turns text like "<s>" into special ids.
+func (m *Model) Tokenize(text string, addBOS, parseSpecial bool) ([]Token, error) {
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
+	return m.tokenize(text, addBOS, parseSpecial)
+}
+
+func (m *Model) isClosed() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.closed
+}
+
+func (m *Model) tokenize(text string, addBOS, parseSpecial bool) ([]Token, error) {
+	var flags C.uint32_t
+	if addBOS {
+		flags |= C.LLM_TOKENIZE_ADD_BOS
+	}
+	if parseSpecial {
+		flags |= C.LLM_TOKENIZE_PARSE_SPECIAL
+	}
+	ctext := C.CBytes([]byte(text)) // C memory: the text need not stay pinned
+	defer C.free(ctext)
+	tokens := make([]Token, len(text)+3)
+	for {
+		var n C.size_t
+		err := m.with(func(mp *C.llm_model) error {
+			return call(func() C.llm_status {
+				return C.llm_tokenize(mp, (*C.char)(ctext), C.size_t(len(text)), flags,
+					(*C.llm_token)(unsafe.Pointer(&tokens[0])), C.size_t(len(tokens)), &n)
+			})
+		})
+		if errors.Is(err, ErrBufferTooSmall) && int(n) > len(tokens) {
+			tokens = make([]Token, int(n))
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return tokens[:int(n)], nil
+	}
+}
+
+// TokenBytes returns the raw bytes of one token's piece.
+func (m *Model) TokenBytes(token Token) ([]byte, error) {
+	var out []byte
+	err := m.withOpen(func(mp *C.llm_model) error {
+		var err error
+		out, err = growBytes(32, func(buf *C.char, capacity C.size_t, length *C.size_t) C.llm_status {
+			return C.llm_token_to_text(mp, C.llm_token(token), buf, capacity, length)
+		})
+		return err
+	})
+	return out, err
+}
+
+// Detokenize returns the text of a whole token array.
+func (m *Model) Detokenize(tokens []Token) (string, error) {
+	var out []byte
+	err := m.withOpen(func(mp *C.llm_model) error {
+		var tp *C.llm_token
+		if len(tokens) > 0 {
+			tp = (*C.llm_token)(unsafe.Pointer(&tokens[0]))
+		}
+		var err error
+		out, err = growBytes(8*len(tokens)+16, func(buf *C.char, capacity C.size_t, length *C.size_t) C.llm_status {
+			return C.llm_detokenize(mp, tp, C.size_t(len(tokens)), buf, capacity, length)
+		})
+		return err
+	})
+	return string(out), err
+}
+
+// IsEOG reports whether token ends generation.
+func (m *Model) IsEOG(token Token) bool {
+	return !m.isClosed() && m.isEOG(token)
+}
+
+func (m *Model) isEOG(token Token) bool {
+	eog := false
+	_ = m.with(func(mp *C.llm_model) error {
+		eog = C.llm_token_is_eog(mp, C.llm_token(token)) != 0
+		return nil
+	})
+	return eog
+}
+
+// Detokenizer turns a token stream into text, emitting only complete UTF-8
+// sequences. One per stream; not for concurrent use.
+type Detokenizer struct {
+	model *Model
+	state C.llm_detok_state
+	buf   []byte
+}
+
+// NewDetokenizer starts a stream whose previous token is prev (-1 if none).
+func (m *Model) NewDetokenizer(prev Token) *Detokenizer {
+	d := &Detokenizer{model: m, buf: make([]byte, 64)}
+	C.llm_detok_init(&d.state, C.llm_token(prev))
+	return d
+}
+
+// Push appends token and returns the complete text now available.
+func (d *Detokenizer) Push(token Token) (string, error) {
+	for {
+		var n C.size_t
+		err := d.model.with(func(mp *C.llm_model) error {
+			return call(func() C.llm_status {
+				return C.llm_detok_push(mp, &d.state, C.llm_token(token),
+					(*C.char)(unsafe.Pointer(&d.buf[0])), C.size_t(len(d.buf)), &n)
+			})
+		})
+		if errors.Is(err, ErrBufferTooSmall) && int(n) > len(d.buf) {
+			d.buf = make([]byte, int(n)) // the state is unchanged on this status
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return string(d.buf[:int(n)]), nil
+	}
+}
+
+// Flush ends the stream; held-back bytes come out as U+FFFD.
+func (d *Detokenizer) Flush() (string, error) {
+	out, err := growBytes(16, func(buf *C.char, capacity C.size_t, length *C.size_t) C.llm_status {
+		return C.llm_detok_flush(&d.state, buf, capacity, length)
+	})
+	return string(out), err
+}
+
+// SessionOptions are the options of NewSession; nil or zero fields mean the
+// library's defaults.
+type SessionOptions struct {
+	MaxTokens uint32 // 0 = the model's context length
+	Window    uint32 // sliding window; 0 = none
+	Sink      uint32 // attention-sink tokens kept by the window; 0 = default
+	KVType    KVType
+}
+
+// cancelFlag is C memory polled by a session's cancel callback. A fork
+// inherits the callback, so the flag is shared and reference counted.
+type cancelFlag struct {
+	ptr  *C.int32_t
+	refs int32 // atomic
+}
+
+func newCancelFlag() *cancelFlag {
+	return &cancelFlag{ptr: (*C.int32_t)(C.calloc(1, 4)), refs: 1}
+}
+
+func (f *cancelFlag) retain() *cancelFlag {
+	if f != nil {
+		atomic.AddInt32(&f.refs, 1)
+	}
+	return f
+}
+
+func (f *cancelFlag) release() {
+	if f != nil && atomic.AddInt32(&f.refs, -1) == 0 {
+		C.free(unsafe.Pointer(f.ptr))
+	}
+}
+
+func (f *cancelFlag) set(v int32) {
+	if f != nil {
+		atomic.StoreInt32((*int32)(unsafe.Pointer(f.ptr)), v)
+	}
+}
+
+// Session is one sequence on a model. Not safe for concurrent use.
+type Session struct {
+	model   *Model
+	ptr     *C.llm_session
+	cancel  *cancelFlag // nil for restored sessions (no callback)
+	last    Token       // last token appended or returned; -1 if unknown
+	counted bool        // holds a model reference
+}
+
+// newSession wraps a C session that holds one model reference already.
+func newSession(m *Model, ptr *C.llm_session, cancel *cancelFlag, last Token) *Session {
+	s := &Session{model: m, ptr: ptr, cancel: cancel, last: last, counted: true}
+	runtime.SetFinalizer(s, func(s *Session) { s.Close() })
+	return s
+}
+
+// NewSession creates an empty session.
+func (m *Model) NewSession(opts *SessionOptions) (*Session, error) {
+	var p C.llm_session_params
+	C.llm_session_params_init(&p)
+	if opts != nil {
+		p.max_tokens = C.uint32_t(opts.MaxTokens)
+		p.window = C.uint32_t(opts.Window)
+		if opts.Sink != 0 {
+			p.n_sink = C.uint32_t(opts.Sink)
+		}
+		p.kv_type = C.llm_kv_type(opts.KVType)
+	}
+	flag := newCancelFlag()
+	p.cancel = C.llm_go_cancel_fn()
+	p.cancel_user_data = unsafe.Pointer(flag.ptr)
+	var out *C.llm_session
+	err := m.withOpen(func(mp *C.llm_model) error {
+		if err := call(func() C.llm_status { return C.llm_session_create(mp, &p, &out) }); err != nil {
+			return err
+		}
+		atomic.AddInt32(&m.refs, 1) // under the read lock, so release cannot free meanwhile
+		return nil
+	})
+	if err != nil {
+		flag.release()
+		return nil, err
+	}
+	return newSession(m, out, flag, -1), nil
+}
+
+// RestoreSession rebuilds a session saved with Session.Save on m (same shape
+// and KV page size). Malformed bytes give ErrFormat or ErrChecksum.
+func (m *Model) RestoreSession(saved []byte) (*Session, error) {
+	var bp unsafe.Pointer
+	if len(saved) > 0 {
+		bp = unsafe.Pointer(&saved[0])
+	}
+	var out *C.llm_session
+	err := m.withOpen(func(mp *C.llm_model) error {
+		if err := call(func() C.llm_status { return C.llm_session_restore(mp, bp, C.size_t(len(saved)), &out) }); err != nil {
+			return err
+		}
+		atomic.AddInt32(&m.refs, 1)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newSession(m, out, nil, -1), nil
+}
+
+// Fork returns an independent copy that shares this session's KV pages
+// (copy on write); it may be used on another goroutine. It shares this
+// session's cancel flag.
+func (s *Session) Fork() (*Session, error) {
+	if s.ptr == nil {
+		return nil, ErrClosed
+	}
+	var out *C.llm_session
+	err := s.model.with(func(*C.llm_model) error {
+		if err := call(func() C.llm_status { return C.llm_session_fork(s.ptr, &out) }); err != nil {
+			return err
+		}
+		atomic.AddInt32(&s.model.refs, 1)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newSession(s.model, out, s.cancel.retain(), s.last), nil
+}
+
+// Save serialises the session (tokens, KV cache, logits, sampler state)
+// into versioned, checksummed bytes for Model.RestoreSession.
+func (s *Session) Save() ([]byte, error) {
+	if s.ptr == nil {
+		return nil, ErrClosed
+	}
+	var need C.size_t
+	err := call(func() C.llm_status { return C.llm_session_save(s.ptr, nil, 0, &need) })
+	if err != nil && !errors.Is(err, ErrBufferTooSmall) {
+		return nil, err
+	}
+	buf := make([]byte, int(need)+1)
+	for {
+		var n C.size_t
+		err := call(func() C.llm_status {
+			return C.llm_session_save(s.ptr, unsafe.Pointer(&buf[0]), C.size_t(len(buf)), &n)
+		})
+		if errors.Is(err, ErrBufferTooSmall) && int(n) > len(buf) {
+			buf = make([]byte, int(n))
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return buf[:int(n)], nil
+	}
+}
+
+// Close frees the session and releases its model reference. Idempotent.
+func (s *Session) Close() error {
+	if s.ptr != nil {
+		C.llm_session_free(s.ptr)
+		s.ptr = nil
+		s.cancel.release()
+		s.cancel = nil
+	}
+	if s.counted {
+		s.counted = false
+		s.model.release()
+	}
+	return nil
+}
+
+// Model returns the session's model.
+func (s *Session) Model() *Model { return s.model }
+
+// Cancel makes a running or later Prefill fail with ErrCancelled until
+// ResetCancel. Safe to call from any goroutine.
+func (s *Session) Cancel() { s.cancel.set(1) }
+
+// ResetCancel clears a Cancel request.
+func (s *Session) ResetCancel() { s.cancel.set(0) }
+
+func (s *Session) do(f func(p *C.llm_session) C.llm_status) error {
+	if s.ptr == nil {
+		return ErrClosed
+	}
+	return call(func() C.llm_status { return f(s.ptr) })
+}
+
+// Prefill appends tokens in one batched forward pass; on failure nothing is appended.
+func (s *Session) Prefill(tokens []Token) error {
+	var tp *C.llm_token
+	if len(tokens) > 0 {
+		tp = (*C.llm_token)(unsafe.Pointer(&tokens[0]))
+	}
+	err := s.do(func(p *C.llm_session) C.llm_status { return C.llm_prefill(p, tp, C.size_t(len(tokens))) })
+	if err == nil && len(tokens) > 0 {
+		s.last = tokens[len(tokens)-1]
+	}
+	return err
+}
+
+// Sampling configures DecodeStep. The zero value is NOT the default: use
+// DefaultSampling (greedy) and change fields.
+type Sampling struct {
+	Temperature   float32 // <= 0: greedy
+	TopK          int32   // <= 0: off
+	TopP          float32 // >= 1: off
+	MinP          float32 // <= 0: off
+	RepeatPenalty float32 // 1: off
+	Seed          uint64
+	RepeatLastN   int32
+}
+
+// DefaultSampling returns the library's defaults (greedy).
+func DefaultSampling() Sampling {
+	var c C.llm_sampling
+	C.llm_sampling_init(&c)
+	return Sampling{
+		Temperature: float32(c.temperature), TopK: int32(c.top_k), TopP: float32(c.top_p),
+		MinP: float32(c.min_p), RepeatPenalty: float32(c.repeat_penalty), Seed: uint64(c.seed),
+		RepeatLastN: int32(c.repeat_last_n),
+	}
+}
+
+func (sp *Sampling) toC() C.llm_sampling {
+	var c C.llm_sampling
+	C.llm_sampling_init(&c)
+	if sp != nil {
+		c.temperature = C.float(sp.Temperature)
+		c.top_k = C.int32_t(sp.TopK)
+		c.top_p = C.float(sp.TopP)
+		c.min_p = C.float(sp.MinP)
+		c.repeat_penalty = C.float(sp.RepeatPenalty)
+		c.seed = C.uint64_t(sp.Seed)
+		c.repeat_last_n = C.int32_t(sp.RepeatLastN)
+	}
+	return c
+}
+
+// DecodeStep returns the next token; sp == nil is greedy.
+func (s *Session) DecodeStep(sp *Sampling) (Token, error) {
+	c := sp.toC()
+	var tok C.llm_token
+	if err := s.do(func(p *C.llm_session) C.llm_status { return C.llm_decode_step(p, &c, &tok) }); err != nil {
+		return -1, err
+	}
+	s.last = Token(tok)
+	return Token(tok), nil
+}
+
+// Logits returns a copy of the logits the next DecodeStep samples from.
+func (s *Session) Logits() ([]float32, error) {
+	var lp *C.float
+	var n C.size_t
+	if err := s.do(func(p *C.llm_session) C.llm_status { return C.llm_logits(p, &lp, &n) }); err != nil {
+		return nil, err
+	}
+	out := make([]float32, int(n))
+	copy(out, unsafe.Slice((*float32)(unsafe.Pointer(lp)), int(n)))
+	return out, nil
+}
+
+// Reset drops all tokens, keeping the options.
+func (s *Session) Reset() error {
+	err := s.do(func(p *C.llm_session) C.llm_status { return C.llm_session_reset(p) })
+	if err == nil {
+		s.last = -1
+	}
+	return err
+}
+
+// KVEvict removes cached tokens [nKeep, nKeep+nDiscard).
+func (s *Session) KVEvict(nKeep, nDiscard uint32) error {
+	st, err := s.Stats()
+	if err != nil {
+		return err
+	}
+	err = s.do(func(p *C.llm_session) C.llm_status {
+		return C.llm_kv_evict(p, C.uint32_t(nKeep), C.uint32_t(nDiscard))
+	})
+	if err == nil && uint64(nKeep)+uint64(nDiscard) >= uint64(st.Tokens) {
+		s.last = -1 // the tail went; its new last token is not known here
+	}
+	return err
+}
+
+// Stats are a session's counters and timings.
+type Stats struct {
+	Tokens, Cached, Prompt, Generated uint32
+	KVPages                           uint32
+	KVBytes                           uint64
+	TTFTms, ITLMedianMs, ITLP95Ms     float64
+	PromptTokensPerS, GenTokensPerS   float64
+	Evicted                           uint32
+}
+
+// Stats returns the session's counters and timings.
+func (s *Session) Stats() (Stats, error) {
+	var c C.llm_session_stats_t
+	c.struct_size = C.uint32_t(unsafe.Sizeof(c))
+	if err := s.do(func(p *C.llm_session) C.llm_status { return C.llm_session_stats(p, &c) }); err != nil {
+		return Stats{}, err
+	}
+	return Stats{
+		Tokens: uint32(c.n_tokens), Cached: uint32(c.n_cached), Prompt: uint32(c.n_prompt),
+		Generated: uint32(c.n_generated), KVPages: uint32(c.kv_pages), KVBytes: uint64(c.kv_bytes),
+		TTFTms: float64(c.ttft_ms), ITLMedianMs: float64(c.itl_median_ms), ITLP95Ms: float64(c.itl_p95_ms),
+		PromptTokensPerS: float64(c.prompt_tokens_per_s), GenTokensPerS: float64(c.gen_tokens_per_s),
+		Evicted: uint32(c.n_evicted),
+	}, nil
+}
+
+// Piece is one generated token and the complete text it makes available
+// (empty while a multi-byte character is unfinished).
+type Piece struct {
+	Token Token
+	Text  string
+}
+
+// Stream generates up to maxTokens tokens after what the session holds and
+// calls fn with each; fn returns false to stop. An end-of-generation token
+// ends the stream and is not passed to fn, except when bytes were still held
+// back: they come (as U+FFFD) in one last piece carrying that token. After
+// the last of maxTokens tokens, held-back bytes are appended to its text.
+func (s *Session) Stream(maxTokens int, sp *Sampling, fn func(Piece) bool) error {
+	d := s.model.NewDetokenizer(s.last)
+	for i := 0; i < maxTokens; i++ {
+		tok, err := s.DecodeStep(sp)
+		if err != nil {
+			return err
+		}
+		if s.model.isEOG(tok) {
+			rest, err := d.Flush()
+			if err != nil {
+				return err
+			}
+			if rest != "" {
+				fn(Piece{Token: tok, Text: rest})
+			}
+			return nil
+		}
+		text, err := d.Push(tok)
+		if err != nil {
+			return err
+		}
+		if i == maxTokens-1 {
+			rest, err := d.Flush()
+			if err != nil {
+				return err
+			}
+			text += rest
+		}
+		if !fn(Piece{Token: tok, Text: text}) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Generate tokenizes prompt (with BOS), prefills it and streams the continuation.
+func (s *Session) Generate(prompt string, maxTokens int, sp *Sampling, fn func(Piece) bool) error {
+	tokens, err := s.model.tokenize(prompt, true, false)
+	if err != nil {
+		return err
+	}
+	if err := s.Prefill(tokens); err != nil {
+		return err
+	}
+	return s.Stream(maxTokens, sp, fn)
+}
+
+// Result is one element of StreamChan: a piece, or the error that ended the stream.
+type Result struct {
+	Piece
+	Err error
+}
+
+// StreamChan runs Stream on a new goroutine and delivers its pieces on a
+// channel that is closed at the end; a failure arrives as a last Result
+// with Err set. Cancelling ctx stops generation (the error is then only
+// delivered if the receiver is still reading). The session must not be used
+// until the channel is closed.
+func (s *Session) StreamChan(ctx context.Context, maxTokens int, sp *Sampling) <-chan Result {
+	ch := make(chan Result)
+	go func() {
+		defer close(ch)
+		err := s.Stream(maxTokens, sp, func(p Piece) bool {
+			select {
+			case ch <- Result{Piece: p}:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		})
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			// After cancellation the receiver may be gone: never block on it.
+			select {
+			case ch <- Result{Err: err}:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return ch
+}
+
+// cStructSizes reports sizeof of the public C structs (checked by the tests).
+func cStructSizes() map[string]uintptr {
+	return map[string]uintptr{
+		"llm_load_params":      unsafe.Sizeof(C.llm_load_params{}),
+		"llm_model_properties": unsafe.Sizeof(C.llm_model_properties{}),
+		"llm_detok_state":      unsafe.Sizeof(C.llm_detok_state{}),
+		"llm_session_params":   unsafe.Sizeof(C.llm_session_params{}),
+		"llm_sampling":         unsafe.Sizeof(C.llm_sampling{}),
+		"llm_session_stats_t":  unsafe.Sizeof(C.llm_session_stats_t{}),
+	}
+}

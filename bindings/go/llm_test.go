@@ -1,0 +1,403 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+func modelsDir() string {
+	if d := os.Getenv("LLM_MODELS_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join("..", "..", "..", "shared", "models")
+}
+
+// referenceCase is case 0 of reference/stories260K_greedy.json (llama2.c run.c, greedy).
+type referenceCase struct {
+	Prompt            string  `json:"prompt"`
+	PromptTokenIDs    []Token `json:"prompt_token_ids"`
+	GeneratedTokenIDs []Token `json:"generated_token_ids"`
+	GeneratedText     string  `json:"generated_text"`
+}
+
+func loadReference(t *testing.T) referenceCase {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(modelsDir(), "reference", "stories260K_greedy.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Cases []referenceCase `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	c := doc.Cases[0]
+	if c.Prompt != "Once upon a time" || len(c.GeneratedTokenIDs) != 64 {
+		t.Fatalf("unexpected reference case 0: %q, %d ids", c.Prompt, len(c.GeneratedTokenIDs))
+	}
+	return c
+}
+
+func loadStories(t *testing.T) *Model {
+	t.Helper()
+	// One compute thread: tests run next to other jobs on small CI machines.
+	m, err := Load(filepath.Join(modelsDir(), "stories260K.gguf"), &LoadOptions{Device: DeviceCPU, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func greedy(t *testing.T, s *Session, n int) []Token {
+	t.Helper()
+	out := make([]Token, 0, n)
+	for i := 0; i < n; i++ {
+		tok, err := s.DecodeStep(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tok)
+	}
+	return out
+}
+
+func sameTokens(a, b []Token) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestVersion(t *testing.T) {
+	if Version() != HeaderVersion {
+		t.Fatalf("library version %d, header %d", Version(), HeaderVersion)
+	}
+	want := fmt.Sprintf("%d.%d.%d", HeaderVersion/10000, HeaderVersion/100%100, HeaderVersion%100)
+	if VersionString() != want {
+		t.Fatalf("version string %q, want %q", VersionString(), want)
+	}
+}
+
+func TestStructSizes(t *testing.T) {
+	// x86-64 / LP64 values pinned by tests/abi/layout_test.cpp.
+	want := map[string]uintptr{
+		"llm_load_params": 64, "llm_model_properties": 112, "llm_detok_state": 16,
+		"llm_session_params": 40, "llm_sampling": 40, "llm_session_stats_t": 80,
+	}
+	for name, size := range cStructSizes() {
+		if want[name] != size {
+			t.Errorf("sizeof(%s) = %d, want %d", name, size, want[name])
+		}
+	}
+}
+
+func TestReferenceGreedy(t *testing.T) {
+	ref := loadReference(t)
+	m := loadStories(t)
+	defer m.Close()
+
+	info, err := m.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.VocabSize != 512 || info.Layers != 5 || info.Architecture != "llama" || info.BOS != 1 {
+		t.Fatalf("unexpected info %+v", info)
+	}
+
+	prompt, err := m.Tokenize(ref.Prompt, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameTokens(prompt, ref.PromptTokenIDs) {
+		t.Fatalf("prompt ids %v, want %v", prompt, ref.PromptTokenIDs)
+	}
+	if text, err := m.Detokenize(prompt); err != nil || text != ref.Prompt {
+		t.Fatalf("detokenize: %q, %v", text, err)
+	}
+
+	s, err := m.NewSession(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Prefill(prompt); err != nil {
+		t.Fatal(err)
+	}
+	logits, err := s.Logits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	best := 0
+	for i, v := range logits {
+		if v > logits[best] {
+			best = i
+		}
+	}
+	if len(logits) != 512 || Token(best) != ref.GeneratedTokenIDs[0] {
+		t.Fatalf("logits: n=%d argmax=%d", len(logits), best)
+	}
+	if ids := greedy(t, s, 64); !sameTokens(ids, ref.GeneratedTokenIDs) {
+		t.Fatalf("generated %v\nwant %v", ids, ref.GeneratedTokenIDs)
+	}
+	st, err := s.Stats()
+	if err != nil || st.Prompt != 5 || st.Generated != 64 || st.Tokens != 69 {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+
+	// The callback stream gives the same ids and the reference text.
+	if err := s.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	var ids []Token
+	text := ""
+	err = s.Generate(ref.Prompt, 64, nil, func(p Piece) bool {
+		ids = append(ids, p.Token)
+		text += p.Text
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameTokens(ids, ref.GeneratedTokenIDs) || text != ref.GeneratedText {
+		t.Fatalf("stream: %q\nwant %q", text, ref.GeneratedText)
+	}
+
+	// And so does the channel stream.
+	if err := s.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Prefill(prompt); err != nil {
+		t.Fatal(err)
+	}
+	text = ""
+	for r := range s.StreamChan(context.Background(), 64, nil) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		text += r.Text
+	}
+	if text != ref.GeneratedText {
+		t.Fatalf("channel stream: %q", text)
+	}
+
+	// Stopping early from the callback.
+	if err := s.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := s.Generate(ref.Prompt, 64, nil, func(Piece) bool { n++; return n < 3 }); err != nil || n != 3 {
+		t.Fatalf("early stop: n=%d err=%v", n, err)
+	}
+}
+
+func TestConcurrentSessions(t *testing.T) {
+	ref := loadReference(t)
+	m := loadStories(t)
+	defer m.Close()
+	var wg sync.WaitGroup
+	results := make([][]Token, 4)
+	errs := make([]error, 4)
+	for i := range results {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			s, err := m.NewSession(nil)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer s.Close()
+			if err := s.Prefill(ref.PromptTokenIDs); err != nil {
+				errs[i] = err
+				return
+			}
+			for j := 0; j < 24; j++ {
+				tok, err := s.DecodeStep(nil)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				results[i] = append(results[i], tok)
+			}
+		}(i)
+	}
+	wg.Wait()
+	for i := range results {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if !sameTokens(results[i], ref.GeneratedTokenIDs[:24]) {
+			t.Fatalf("goroutine %d: %v", i, results[i])
+		}
+	}
+}
+
+func TestSessionKeepsModelAlive(t *testing.T) {
+	ref := loadReference(t)
+	m := loadStories(t)
+	s, err := m.NewSession(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	if _, err := m.Tokenize("x", false, false); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Tokenize after Close: %v", err)
+	}
+	if _, err := m.NewSession(nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("NewSession after Close: %v", err)
+	}
+	// The session still works: it holds its own reference.
+	text := ""
+	if err := s.Generate(ref.Prompt, 8, nil, func(p Piece) bool { text += p.Text; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if text == "" || text != ref.GeneratedText[:len(text)] {
+		t.Fatalf("text after model Close: %q", text)
+	}
+	s.Close()
+	if m.ptr != nil {
+		t.Fatal("C model not freed after the last session closed")
+	}
+	if _, err := s.DecodeStep(nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("DecodeStep after Close: %v", err)
+	}
+	s.Close() // idempotent
+}
+
+func TestErrors(t *testing.T) {
+	_, err := Load(filepath.Join(modelsDir(), "does-not-exist.gguf"), nil)
+	var e *Error
+	if !errors.As(err, &e) || e.Status != StatusIO || e.Message == "" || !errors.Is(err, ErrIO) {
+		t.Fatalf("missing file: %v", err)
+	}
+	if _, err := Load(filepath.Join(modelsDir(), "README.md"), nil); !errors.Is(err, ErrFormat) {
+		t.Fatalf("README.md: %v", err)
+	}
+	m := loadStories(t)
+	defer m.Close()
+	s, err := m.NewSession(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.DecodeStep(nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("decode on empty session: %v", err)
+	}
+	if err := s.Prefill([]Token{100000}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("bad token id: %v", err)
+	}
+	if err := s.KVEvict(0, 1000); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("evict outside the sequence: %v", err)
+	}
+}
+
+func TestVocabOnly(t *testing.T) {
+	ref := loadReference(t)
+	m, err := Load(filepath.Join(modelsDir(), "stories260K.gguf"), &LoadOptions{VocabOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ids, err := m.Tokenize(ref.Prompt, true, false)
+	if err != nil || !sameTokens(ids, ref.PromptTokenIDs) {
+		t.Fatalf("tokenize: %v %v", ids, err)
+	}
+	if _, err := m.NewSession(nil); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("session on a vocab-only model: %v", err)
+	}
+}
+
+func TestDetokenizerHoldsBackIncompleteUTF8(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	// "ö" is not in the vocabulary: byte fallback gives <0xC3> <0xB6> = ids 198, 185.
+	d := m.NewDetokenizer(378)
+	for i, step := range []struct {
+		tok  Token
+		want string
+	}{{198, ""}, {185, "ö"}, {198, ""}} {
+		got, err := d.Push(step.tok)
+		if err != nil || got != step.want {
+			t.Fatalf("push %d: %q %v", i, got, err)
+		}
+	}
+	if got, err := d.Flush(); err != nil || got != "\uFFFD" {
+		t.Fatalf("flush: %q %v", got, err)
+	}
+}
+
+func TestForkAndSaveRestore(t *testing.T) {
+	ref := loadReference(t)
+	m := loadStories(t)
+	defer m.Close()
+	s, err := m.NewSession(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Prefill(ref.PromptTokenIDs); err != nil {
+		t.Fatal(err)
+	}
+	want := ref.GeneratedTokenIDs
+	if ids := greedy(t, s, 10); !sameTokens(ids, want[:10]) {
+		t.Fatalf("first 10: %v", ids)
+	}
+	fork, err := s.Fork()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := s.Save()
+	if err != nil || len(saved) == 0 {
+		t.Fatalf("save: %d bytes, %v", len(saved), err)
+	}
+	if ids := greedy(t, s, 10); !sameTokens(ids, want[10:20]) {
+		t.Fatalf("original after fork: %v", ids)
+	}
+	done := make(chan []Token)
+	go func() {
+		defer fork.Close()
+		out := make([]Token, 0, 10)
+		for i := 0; i < 10; i++ {
+			tok, err := fork.DecodeStep(nil)
+			if err != nil {
+				break
+			}
+			out = append(out, tok)
+		}
+		done <- out
+	}()
+	if ids := <-done; !sameTokens(ids, want[10:20]) {
+		t.Fatalf("fork: %v", ids)
+	}
+	r, err := m.RestoreSession(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if st, err := r.Stats(); err != nil || st.Tokens != 15 {
+		t.Fatalf("restored stats %+v %v", st, err)
+	}
+	if ids := greedy(t, r, 10); !sameTokens(ids, want[10:20]) {
+		t.Fatalf("restored: %v", ids)
+	}
+	bad := append([]byte(nil), saved...)
+	bad[len(bad)/2] ^= 0x55
+	if _, err := m.RestoreSession(bad); !errors.Is(err, ErrChecksum) && !errors.Is(err, ErrFormat) {
+		t.Fatalf("damaged bytes: %v", err)
+	}
+	if _, err := m.RestoreSession(saved[:len(saved)/3]); !errors.Is(err, ErrChecksum) && !errors.Is(err, ErrFormat) {
+		t.Fatalf("truncated bytes: %v", err)
+	}
+}

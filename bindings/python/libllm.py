@@ -1,0 +1,607 @@
+"""ctypes binding of libllm (include/llm.h), an embeddable LLM inference engine.
+
+    import libllm
+    with libllm.Model("stories260K.gguf") as model, model.session() as session:
+        for piece in session.generate("Once upon a time", max_tokens=64):
+            print(piece.text, end="", flush=True)
+
+The shared library is found through $LLM_LIB (a file), $LLM_LIB_DIR (a
+directory holding libllm.so.0), or the system loader path.
+
+Threading follows the C contract: a Model may be used from many threads at
+once; a Session by one thread at a time. ctypes releases the GIL during
+every C call, so sessions on different threads really run in parallel.
+Each session keeps its model alive: Model.close() frees the C model only
+once its last session is closed.
+"""
+import ctypes
+import os
+import threading
+from ctypes import POINTER, byref, c_char, c_char_p, c_double, c_float, c_int, c_int32, c_size_t, c_uint8, \
+    c_uint32, c_uint64, c_void_p
+
+__all__ = [
+    "Status", "LlmError", "Device", "KvType", "LogLevel", "Model", "Session", "Sampling", "Detokenizer",
+    "Piece", "version", "version_string", "HEADER_VERSION",
+]
+
+HEADER_VERSION = 0 * 10000 + 1 * 100 + 0  # LLM_VERSION_NUMBER of the header this file mirrors
+_SONAME = "libllm.so.0"
+
+
+def _load_library():
+    path = os.environ.get("LLM_LIB")
+    if not path:
+        libdir = os.environ.get("LLM_LIB_DIR")
+        if libdir:
+            for name in (_SONAME, "libllm.so", "libllm.dylib", "llm.dll"):
+                candidate = os.path.join(libdir, name)
+                if os.path.exists(candidate):
+                    path = candidate
+                    break
+            else:
+                raise OSError("LLM_LIB_DIR=%s holds no libllm shared library" % libdir)
+        else:
+            path = _SONAME  # the dynamic loader's search path
+    return ctypes.CDLL(path)
+
+
+_lib = _load_library()
+
+llm_token = c_int32
+_status = c_int
+
+
+class Status:
+    """llm_status values (ABI: they never change)."""
+    OK = 0
+    INVALID_ARGUMENT = 1
+    OUT_OF_MEMORY = 2
+    IO = 3
+    FORMAT = 4
+    CHECKSUM = 5
+    UNSUPPORTED = 6
+    DEVICE = 7
+    CONTEXT_FULL = 8
+    CANCELLED = 9
+    BUFFER_TOO_SMALL = 10
+    INTERNAL = 99
+
+
+class Device:
+    AUTO = 0
+    CPU = 1
+    CUDA = 2
+
+
+class KvType:
+    F16 = 0
+    F32 = 1
+    INT8 = 2
+    INT4 = 3
+
+
+class LogLevel:
+    DEBUG = 0
+    INFO = 1
+    WARN = 2
+    ERROR = 3
+
+
+LOAD_VOCAB_ONLY = 1
+LOAD_REFERENCE_MATH = 2
+TOKENIZE_ADD_BOS = 1
+TOKENIZE_PARSE_SPECIAL = 2
+
+_progress_fn = ctypes.CFUNCTYPE(c_int, c_float, c_void_p)
+_log_fn = ctypes.CFUNCTYPE(None, c_int, c_char_p, c_void_p)
+_cancel_fn = ctypes.CFUNCTYPE(c_int, c_void_p)
+
+
+class _LoadParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_uint32), ("device", c_int), ("n_threads", c_int32), ("flags", c_uint32),
+        ("progress", _progress_fn), ("progress_user_data", c_void_p),
+        ("log", _log_fn), ("log_user_data", c_void_p),
+        ("kv_budget_bytes", c_uint64), ("kv_page_tokens", c_uint32),
+    ]
+
+
+class _ModelProperties(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_uint32), ("vocab_size", c_uint32), ("context_length", c_uint32),
+        ("bos", llm_token), ("eos", llm_token), ("n_layers", c_uint32), ("dim", c_uint32),
+        ("hidden_dim", c_uint32), ("n_heads", c_uint32), ("n_kv_heads", c_uint32), ("head_dim", c_uint32),
+        ("device", c_int), ("n_params", c_uint64), ("weight_bytes", c_uint64),
+        ("architecture", c_char * 32), ("weight_type", c_char * 16),
+    ]
+
+
+class _DetokState(ctypes.Structure):
+    _fields_ = [("struct_size", c_uint32), ("prev_token", llm_token), ("n_pending", c_uint32),
+                ("pending", c_uint8 * 4)]
+
+
+class _SessionParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_uint32), ("max_tokens", c_uint32), ("window", c_uint32), ("n_sink", c_uint32),
+        ("kv_type", c_int), ("cancel", _cancel_fn), ("cancel_user_data", c_void_p),
+    ]
+
+
+class _Sampling(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_uint32), ("temperature", c_float), ("top_k", c_int32), ("top_p", c_float),
+        ("min_p", c_float), ("repeat_penalty", c_float), ("seed", c_uint64), ("repeat_last_n", c_int32),
+    ]
+
+
+class _SessionStats(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_uint32), ("n_tokens", c_uint32), ("n_cached", c_uint32), ("n_prompt", c_uint32),
+        ("n_generated", c_uint32), ("kv_pages", c_uint32), ("kv_bytes", c_uint64), ("ttft_ms", c_double),
+        ("itl_median_ms", c_double), ("itl_p95_ms", c_double), ("prompt_tokens_per_s", c_double),
+        ("gen_tokens_per_s", c_double), ("n_evicted", c_uint32),
+    ]
+
+
+def _declare(name, restype, *argtypes):
+    f = getattr(_lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+_version = _declare("llm_version", c_uint32)
+_version_string = _declare("llm_version_string", c_char_p)
+_status_string = _declare("llm_status_string", c_char_p, _status)
+_last_error = _declare("llm_last_error", c_char_p)
+_load_params_init = _declare("llm_load_params_init", None, POINTER(_LoadParams))
+_load = _declare("llm_load", _status, c_char_p, POINTER(_LoadParams), POINTER(c_void_p))
+_model_free = _declare("llm_model_free", None, c_void_p)
+_model_info = _declare("llm_model_info", _status, c_void_p, POINTER(_ModelProperties))
+_tokenize = _declare("llm_tokenize", _status, c_void_p, c_char_p, c_size_t, c_uint32, POINTER(llm_token), c_size_t,
+                     POINTER(c_size_t))
+_token_to_text = _declare("llm_token_to_text", _status, c_void_p, llm_token, POINTER(c_char), c_size_t,
+                          POINTER(c_size_t))
+_detokenize = _declare("llm_detokenize", _status, c_void_p, POINTER(llm_token), c_size_t, POINTER(c_char), c_size_t,
+                       POINTER(c_size_t))
+_token_is_eog = _declare("llm_token_is_eog", c_int, c_void_p, llm_token)
+_detok_init = _declare("llm_detok_init", None, POINTER(_DetokState), llm_token)
+_detok_push = _declare("llm_detok_push", _status, c_void_p, POINTER(_DetokState), llm_token, POINTER(c_char),
+                       c_size_t, POINTER(c_size_t))
+_detok_flush = _declare("llm_detok_flush", _status, POINTER(_DetokState), POINTER(c_char), c_size_t,
+                        POINTER(c_size_t))
+_session_params_init = _declare("llm_session_params_init", None, POINTER(_SessionParams))
+_session_create = _declare("llm_session_create", _status, c_void_p, POINTER(_SessionParams), POINTER(c_void_p))
+_session_free = _declare("llm_session_free", None, c_void_p)
+_session_reset = _declare("llm_session_reset", _status, c_void_p)
+_prefill = _declare("llm_prefill", _status, c_void_p, POINTER(llm_token), c_size_t)
+_logits = _declare("llm_logits", _status, c_void_p, POINTER(POINTER(c_float)), POINTER(c_size_t))
+_sampling_init = _declare("llm_sampling_init", None, POINTER(_Sampling))
+_decode_step = _declare("llm_decode_step", _status, c_void_p, POINTER(_Sampling), POINTER(llm_token))
+_kv_evict = _declare("llm_kv_evict", _status, c_void_p, c_uint32, c_uint32)
+_session_stats = _declare("llm_session_stats", _status, c_void_p, POINTER(_SessionStats))
+_session_fork = _declare("llm_session_fork", _status, c_void_p, POINTER(c_void_p))
+_session_save = _declare("llm_session_save", _status, c_void_p, c_void_p, c_size_t, POINTER(c_size_t))
+_session_restore = _declare("llm_session_restore", _status, c_void_p, c_char_p, c_size_t, POINTER(c_void_p))
+
+
+class LlmError(Exception):
+    """A failed call: .status (an llm_status value) and .message (llm_last_error)."""
+
+    def __init__(self, status, message=""):
+        self.status = status
+        self.message = message
+        name = _status_string(status).decode("utf-8", "replace")
+        super().__init__("%s (%s)" % (message, name) if message else name)
+
+
+def _check(status):
+    # llm_last_error is thread-local; ctypes runs the next call on this same
+    # thread, so reading it right away gives this failure's text.
+    if status != Status.OK:
+        raise LlmError(status, (_last_error() or b"").decode("utf-8", "replace"))
+
+
+def _grow(initial, call):
+    """call(buf, capacity, byref(length)) with a growing char buffer; returns bytes."""
+    cap = max(initial, 1)
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        n = c_size_t(0)
+        st = call(buf, cap, byref(n))
+        if st == Status.BUFFER_TOO_SMALL and n.value > cap:
+            cap = n.value
+            continue
+        _check(st)
+        return buf.raw[:n.value]
+
+
+def version():
+    """Run-time LLM_VERSION_NUMBER of the loaded library."""
+    return _version()
+
+
+def version_string():
+    return _version_string().decode()
+
+
+class Sampling:
+    """llm_sampling; the defaults come from llm_sampling_init (greedy)."""
+
+    def __init__(self, **fields):
+        raw = _Sampling()
+        _sampling_init(byref(raw))
+        self.temperature = raw.temperature
+        self.top_k = raw.top_k
+        self.top_p = raw.top_p
+        self.min_p = raw.min_p
+        self.repeat_penalty = raw.repeat_penalty
+        self.seed = raw.seed
+        self.repeat_last_n = raw.repeat_last_n
+        for k, v in fields.items():
+            if not hasattr(self, k):
+                raise TypeError("unknown sampling field %r" % k)
+            setattr(self, k, v)
+
+    def _raw(self):
+        raw = _Sampling()
+        _sampling_init(byref(raw))
+        raw.struct_size = ctypes.sizeof(_Sampling)
+        for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "seed", "repeat_last_n"):
+            setattr(raw, k, getattr(self, k))
+        return raw
+
+
+class Piece:
+    """One generated token and the complete UTF-8 text it makes available."""
+    __slots__ = ("token", "text")
+
+    def __init__(self, token, text):
+        self.token = token
+        self.text = text
+
+    def __repr__(self):
+        return "Piece(%d, %r)" % (self.token, self.text)
+
+
+class Model:
+    """A loaded model (native .llm or GGUF). Thread-safe. Use as a context
+    manager or call close()."""
+
+    def __init__(self, path, device=Device.AUTO, n_threads=0, vocab_only=False, reference_math=False,
+                 kv_budget_bytes=0, kv_page_tokens=0, progress=None, log=None):
+        params = _LoadParams()
+        _load_params_init(byref(params))
+        params.device = device
+        params.n_threads = n_threads
+        if vocab_only:
+            params.flags |= LOAD_VOCAB_ONLY
+        if reference_math:
+            params.flags |= LOAD_REFERENCE_MATH
+        if kv_budget_bytes:
+            params.kv_budget_bytes = kv_budget_bytes
+        if kv_page_tokens:
+            params.kv_page_tokens = kv_page_tokens
+        self._progress_cb = None
+        self._log_cb = None
+        if progress is not None:
+            # progress(fraction) -> truthy to continue, falsy to cancel.
+            def _progress(p, _user):
+                try:
+                    return 0 if progress(p) else 1
+                except BaseException:
+                    return 1
+            self._progress_cb = _progress_fn(_progress)
+            params.progress = self._progress_cb
+        if log is not None:
+            # The C model may log for its whole life: keep the thunk referenced.
+            def _log(level, message, _user):
+                try:
+                    log(level, (message or b"").decode("utf-8", "replace"))
+                except BaseException:
+                    pass
+            self._log_cb = _log_fn(_log)
+            params.log = self._log_cb
+        out = c_void_p()
+        _check(_load(os.fsencode(path), byref(params), byref(out)))
+        self._ptr = out.value
+        self._lock = threading.Lock()
+        self._refs = 1  # the owner's reference plus one per open session
+        self._closed = False
+
+    def _handle(self):
+        if self._ptr is None:
+            raise LlmError(Status.INVALID_ARGUMENT, "model is closed")
+        return self._ptr
+
+    def _open_handle(self):
+        if self._closed:
+            raise LlmError(Status.INVALID_ARGUMENT, "model is closed")
+        return self._handle()
+
+    def _acquire(self):
+        with self._lock:
+            if self._closed or self._ptr is None:
+                raise LlmError(Status.INVALID_ARGUMENT, "model is closed")
+            self._refs += 1
+
+    def _acquire_shared(self):
+        # For forks: the parent session's reference keeps the model alive even
+        # after the owner's close().
+        with self._lock:
+            if self._ptr is None:
+                raise LlmError(Status.INVALID_ARGUMENT, "model is closed")
+            self._refs += 1
+
+    def _release(self):
+        with self._lock:
+            self._refs -= 1
+            ptr = self._ptr if self._refs == 0 else None
+            if ptr is not None:
+                self._ptr = None
+        if ptr is not None:
+            _model_free(ptr)
+
+    def close(self):
+        """Releases the owner's reference; the C model is freed when the last
+        session is closed too. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_ptr", None) is not None and not getattr(self, "_closed", True):
+            self.close()
+
+    def info(self):
+        """llm_model_properties as a dict."""
+        p = _ModelProperties()
+        p.struct_size = ctypes.sizeof(p)
+        _check(_model_info(self._open_handle(), byref(p)))
+        out = {name: getattr(p, name) for name, _ in _ModelProperties._fields_ if name != "struct_size"}
+        out["architecture"] = p.architecture.decode("utf-8", "replace")
+        out["weight_type"] = p.weight_type.decode("utf-8", "replace")
+        return out
+
+    def _tokenize(self, text, add_bos=True, parse_special=False):
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        flags = (TOKENIZE_ADD_BOS if add_bos else 0) | (TOKENIZE_PARSE_SPECIAL if parse_special else 0)
+        cap = len(data) + 3
+        while True:
+            buf = (llm_token * cap)()
+            n = c_size_t(0)
+            st = _tokenize(self._handle(), data, len(data), flags, buf, cap, byref(n))
+            if st == Status.BUFFER_TOO_SMALL and n.value > cap:
+                cap = n.value
+                continue
+            _check(st)
+            return list(buf[:n.value])
+
+    def tokenize(self, text, add_bos=True, parse_special=False):
+        """Token ids of text (str, or bytes tokenized as given)."""
+        self._open_handle()
+        return self._tokenize(text, add_bos, parse_special)
+
+    def token_bytes(self, token):
+        h = self._open_handle()
+        return _grow(32, lambda buf, cap, n: _token_to_text(h, token, buf, cap, n))
+
+    def detokenize(self, tokens):
+        h = self._open_handle()
+        arr = (llm_token * len(tokens))(*tokens)
+        raw = _grow(8 * len(tokens) + 16, lambda buf, cap, n: _detokenize(h, arr, len(tokens), buf, cap, n))
+        return raw.decode("utf-8", "replace")
+
+    def _is_eog(self, token):
+        return _token_is_eog(self._handle(), token) != 0
+
+    def is_eog(self, token):
+        self._open_handle()
+        return self._is_eog(token)
+
+    def detokenizer(self, prev_token=-1):
+        return Detokenizer(self, prev_token)
+
+    def session(self, max_tokens=0, window=0, n_sink=None, kv_type=KvType.F16):
+        return Session(self, max_tokens=max_tokens, window=window, n_sink=n_sink, kv_type=kv_type)
+
+    def restore_session(self, saved):
+        """Rebuilds a session from Session.save() bytes (same model shape and KV
+        page size). Malformed bytes raise LlmError (FORMAT or CHECKSUM)."""
+        saved = bytes(saved)
+        self._acquire()
+        out = c_void_p()
+        try:
+            _check(_session_restore(self._handle(), saved, len(saved), byref(out)))
+        except BaseException:
+            self._release()
+            raise
+        return Session._wrap(self, out.value, None, None, -1)
+
+
+class Detokenizer:
+    """Streaming detokenizer (llm_detok_push): emits only complete UTF-8."""
+
+    def __init__(self, model, prev_token=-1):
+        self._model = model
+        self._state = _DetokState()
+        _detok_init(byref(self._state), prev_token)
+        self._cap = 64
+
+    def push(self, token):
+        while True:
+            buf = ctypes.create_string_buffer(self._cap)
+            n = c_size_t(0)
+            st = _detok_push(self._model._handle(), byref(self._state), token, buf, self._cap, byref(n))
+            if st == Status.BUFFER_TOO_SMALL and n.value > self._cap:
+                self._cap = n.value  # the state is unchanged on this status
+                continue
+            _check(st)
+            return buf.raw[:n.value].decode("utf-8", "replace")
+
+    def flush(self):
+        return _grow(16, lambda buf, cap, n: _detok_flush(byref(self._state), buf, cap, n)).decode("utf-8", "replace")
+
+
+class Session:
+    """One sequence on a model; one thread at a time. Keeps its model alive."""
+
+    def __init__(self, model, max_tokens=0, window=0, n_sink=None, kv_type=KvType.F16):
+        params = _SessionParams()
+        _session_params_init(byref(params))
+        params.max_tokens = max_tokens
+        params.window = window
+        if n_sink is not None:
+            params.n_sink = n_sink
+        params.kv_type = kv_type
+        # Cancellation: the C callback polls a flag that cancel() sets.
+        self._cancel_flag = threading.Event()
+        self._cancel_cb = _cancel_fn(lambda _user: 1 if self._cancel_flag.is_set() else 0)
+        params.cancel = self._cancel_cb
+        model._acquire()
+        out = c_void_p()
+        try:
+            _check(_session_create(model._handle(), byref(params), byref(out)))
+        except BaseException:
+            model._release()
+            raise
+        self._model = model
+        self._ptr = out.value
+        self._last = -1  # last token appended or returned; -1 if unknown
+
+    @classmethod
+    def _wrap(cls, model, ptr, cancel_flag, cancel_cb, last):
+        # A session whose C handle already holds one model reference.
+        s = cls.__new__(cls)
+        s._model = model
+        s._ptr = ptr
+        s._cancel_flag = cancel_flag if cancel_flag is not None else threading.Event()
+        s._cancel_cb = cancel_cb  # a fork polls its parent's callback: keep it alive
+        s._last = last
+        return s
+
+    def fork(self):
+        """An independent copy sharing this session's KV pages (copy on write).
+        It shares this session's cancel flag."""
+        h = self._handle()
+        self._model._acquire_shared()
+        out = c_void_p()
+        try:
+            _check(_session_fork(h, byref(out)))
+        except BaseException:
+            self._model._release()
+            raise
+        return Session._wrap(self._model, out.value, self._cancel_flag, self._cancel_cb, self._last)
+
+    def save(self):
+        """The session as versioned, checksummed bytes for Model.restore_session."""
+        h = self._handle()
+        need = c_size_t(0)
+        st = _session_save(h, None, 0, byref(need))
+        if st != Status.BUFFER_TOO_SMALL:
+            _check(st)
+        return _grow(need.value, lambda buf, cap, n: _session_save(h, buf, cap, n))
+
+    @property
+    def model(self):
+        return self._model
+
+    def _handle(self):
+        if self._ptr is None:
+            raise LlmError(Status.INVALID_ARGUMENT, "session is closed")
+        return self._ptr
+
+    def close(self):
+        """Frees the session and releases its model reference. Idempotent."""
+        ptr, self._ptr = self._ptr, None
+        if ptr is not None:
+            _session_free(ptr)
+            self._model._release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_ptr", None) is not None:
+            self.close()
+
+    def cancel(self):
+        """Makes a running or later prefill fail with CANCELLED (until reset_cancel)."""
+        self._cancel_flag.set()
+
+    def reset_cancel(self):
+        self._cancel_flag.clear()
+
+    def prefill(self, tokens):
+        tokens = list(tokens)
+        arr = (llm_token * len(tokens))(*tokens)
+        _check(_prefill(self._handle(), arr, len(tokens)))
+        if tokens:
+            self._last = tokens[-1]
+
+    def decode_step(self, sampling=None):
+        """Next token; sampling None is greedy."""
+        tok = llm_token(-1)
+        _check(_decode_step(self._handle(), byref(sampling._raw()) if sampling else None, byref(tok)))
+        self._last = tok.value
+        return tok.value
+
+    def logits(self):
+        """A copy (list of floats) of the logits the next decode_step samples from."""
+        p = POINTER(c_float)()
+        n = c_size_t(0)
+        _check(_logits(self._handle(), byref(p), byref(n)))
+        return p[:n.value]
+
+    def reset(self):
+        _check(_session_reset(self._handle()))
+        self._last = -1
+
+    def kv_evict(self, n_keep, n_discard):
+        before = self.stats()["n_tokens"]
+        _check(_kv_evict(self._handle(), n_keep, n_discard))
+        if n_keep + n_discard >= before:
+            self._last = -1  # the tail went; its new last token is not known here
+
+    def stats(self):
+        s = _SessionStats()
+        s.struct_size = ctypes.sizeof(s)
+        _check(_session_stats(self._handle(), byref(s)))
+        return {name: getattr(s, name) for name, _ in _SessionStats._fields_ if name != "struct_size"}
+
+    def stream(self, max_tokens, sampling=None):
+        """Yields Piece objects for up to max_tokens generated tokens. An
+        end-of-generation token ends the stream and is not yielded, except
+        when bytes were still held back: they come (as U+FFFD) in a last
+        piece carrying that token. After the last of max_tokens tokens,
+        held-back bytes are appended to its text."""
+        detok = Detokenizer(self._model, self._last)
+        for i in range(max_tokens):
+            tok = self.decode_step(sampling)
+            if self._model._is_eog(tok):
+                rest = detok.flush()
+                if rest:
+                    yield Piece(tok, rest)
+                return
+            text = detok.push(tok)
+            if i == max_tokens - 1:
+                text += detok.flush()
+            yield Piece(tok, text)
+
+    def generate(self, prompt, max_tokens=256, sampling=None):
+        """Tokenizes prompt (with BOS), prefills it and streams the continuation."""
+        self.prefill(self._model._tokenize(prompt, add_bos=True))
+        return self.stream(max_tokens, sampling)

@@ -1,0 +1,197 @@
+"""unittest suite of the ctypes binding against the real library and the
+stories260K reference vectors (case 0 of reference/stories260K_greedy.json)."""
+import json
+import os
+import threading
+import unittest
+
+import libllm
+
+MODELS = os.environ.get("LLM_MODELS_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared",
+                                                          "models")
+STORIES = os.path.join(MODELS, "stories260K.gguf")
+
+with open(os.path.join(MODELS, "reference", "stories260K_greedy.json"), encoding="utf-8") as f:
+    REF = json.load(f)["cases"][0]
+
+
+def load_stories(**kw):
+    # One compute thread: tests run next to other jobs on small CI machines.
+    kw.setdefault("device", libllm.Device.CPU)
+    kw.setdefault("n_threads", 1)
+    return libllm.Model(STORIES, **kw)
+
+
+class VersionAndLayout(unittest.TestCase):
+    def test_version(self):
+        self.assertEqual(libllm.version(), libllm.HEADER_VERSION)
+        self.assertEqual(libllm.version_string(), "0.1.0")
+
+    def test_struct_sizes(self):
+        # x86-64 / LP64 values pinned by tests/abi/layout_test.cpp.
+        import ctypes
+        sizes = {libllm._LoadParams: 64, libllm._ModelProperties: 112, libllm._DetokState: 16,
+                 libllm._SessionParams: 40, libllm._Sampling: 40, libllm._SessionStats: 80}
+        for struct, size in sizes.items():
+            self.assertEqual(ctypes.sizeof(struct), size, struct.__name__)
+        self.assertEqual(libllm._ModelProperties.architecture.offset, 64)
+        self.assertEqual(libllm._SessionParams.cancel.offset, 24)
+        self.assertEqual(libllm._SessionStats.n_evicted.offset, 72)
+
+
+class Reference(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = load_stories()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model.close()
+
+    def test_case0(self):
+        self.assertEqual(REF["prompt"], "Once upon a time")
+        info = self.model.info()
+        self.assertEqual((info["vocab_size"], info["n_layers"], info["dim"], info["bos"]), (512, 5, 64, 1))
+        self.assertEqual(info["architecture"], "llama")
+
+        prompt = self.model.tokenize(REF["prompt"])
+        self.assertEqual(prompt, REF["prompt_token_ids"])
+        self.assertEqual(self.model.detokenize(prompt), REF["prompt"])
+
+        with self.model.session() as s:
+            s.prefill(prompt)
+            logits = s.logits()
+            self.assertEqual(len(logits), 512)
+            self.assertEqual(max(range(512), key=lambda i: (logits[i], -i)), REF["generated_token_ids"][0])
+            ids = [s.decode_step() for _ in range(64)]
+            self.assertEqual(ids, REF["generated_token_ids"])
+            st = s.stats()
+            self.assertEqual((st["n_prompt"], st["n_generated"], st["n_tokens"]), (5, 64, 69))
+
+            s.reset()
+            pieces = list(s.generate(REF["prompt"], max_tokens=64))
+            self.assertEqual([p.token for p in pieces], REF["generated_token_ids"])
+            self.assertEqual("".join(p.text for p in pieces), REF["generated_text"])
+
+            s.reset()
+            explicit_greedy = libllm.Sampling(temperature=0.0)
+            text = "".join(p.text for p in s.generate(REF["prompt"], 64, explicit_greedy))
+            self.assertEqual(text, REF["generated_text"])
+
+    def test_threads_share_the_model(self):
+        want = REF["generated_token_ids"][:24]
+        results, errors = {}, []
+
+        def work(i):
+            try:
+                with self.model.session() as s:
+                    s.prefill(REF["prompt_token_ids"])
+                    results[i] = [s.decode_step() for _ in range(24)]
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual([results[i] for i in range(4)], [want] * 4)
+
+    def test_errors(self):
+        with self.assertRaises(libllm.LlmError) as cm:
+            libllm.Model(os.path.join(MODELS, "does-not-exist.gguf"))
+        self.assertEqual(cm.exception.status, libllm.Status.IO)
+        self.assertTrue(cm.exception.message)
+        with self.assertRaises(libllm.LlmError) as cm:
+            libllm.Model(os.path.join(MODELS, "README.md"))
+        self.assertEqual(cm.exception.status, libllm.Status.FORMAT)
+        with self.model.session() as s:
+            with self.assertRaises(libllm.LlmError) as cm:
+                s.decode_step()
+            self.assertEqual(cm.exception.status, libllm.Status.INVALID_ARGUMENT)
+            with self.assertRaises(libllm.LlmError) as cm:
+                s.prefill([100000])
+            self.assertEqual(cm.exception.status, libllm.Status.INVALID_ARGUMENT)
+            s.prefill(REF["prompt_token_ids"])
+            self.assertEqual(s.decode_step(), REF["generated_token_ids"][0])
+            with self.assertRaises(libllm.LlmError) as cm:
+                s.kv_evict(0, 1000)
+            self.assertEqual(cm.exception.status, libllm.Status.INVALID_ARGUMENT)
+
+    def test_detokenizer_holds_back_incomplete_utf8(self):
+        # "ö" is not in the vocabulary: byte fallback gives <0xC3> <0xB6> = ids 198, 185.
+        self.assertEqual(self.model.tokenize("ö", add_bos=False)[-2:], [198, 185])
+        d = self.model.detokenizer(378)
+        self.assertEqual([d.push(198), d.push(185), d.push(198)], ["", "ö", ""])
+        self.assertEqual(d.flush(), "\ufffd")
+
+
+    def test_fork_and_save_restore(self):
+        want = REF["generated_token_ids"]
+        with self.model.session() as s:
+            s.prefill(REF["prompt_token_ids"])
+            self.assertEqual([s.decode_step() for _ in range(10)], want[:10])
+            fork = s.fork()
+            saved = s.save()
+            self.assertIsInstance(saved, bytes)
+            self.assertGreater(len(saved), 0)
+            self.assertEqual([s.decode_step() for _ in range(10)], want[10:20])
+        # The fork outlives its parent and runs on another thread.
+        out = []
+        t = threading.Thread(target=lambda: out.extend(fork.decode_step() for _ in range(10)))
+        t.start()
+        t.join()
+        fork.close()
+        self.assertEqual(out, want[10:20])
+        with self.model.restore_session(saved) as r:
+            self.assertEqual(r.stats()["n_tokens"], 15)
+            self.assertEqual([r.decode_step() for _ in range(10)], want[10:20])
+        bad = bytearray(saved)
+        bad[len(bad) // 2] ^= 0x55
+        for damaged in (bytes(bad), saved[:len(saved) // 3]):
+            with self.assertRaises(libllm.LlmError) as cm:
+                self.model.restore_session(damaged)
+            self.assertIn(cm.exception.status, (libllm.Status.FORMAT, libllm.Status.CHECKSUM))
+
+
+class Lifetime(unittest.TestCase):
+    def test_session_keeps_model_alive(self):
+        m = load_stories()
+        s = m.session()
+        m.close()
+        with self.assertRaises(libllm.LlmError):
+            m.tokenize("x")
+        with self.assertRaises(libllm.LlmError):
+            m.session()
+        text = "".join(p.text for p in s.generate(REF["prompt"], 8))
+        self.assertTrue(text and REF["generated_text"].startswith(text))
+        s.close()
+        self.assertIsNone(m._ptr)  # freed with the last session
+        with self.assertRaises(libllm.LlmError):
+            s.decode_step()
+        s.close()
+
+    def test_vocab_only(self):
+        seen = []
+        with libllm.Model(STORIES, vocab_only=True, progress=lambda p: seen.append(p) or True) as m:
+            self.assertEqual(m.tokenize(REF["prompt"]), REF["prompt_token_ids"])
+            with self.assertRaises(libllm.LlmError) as cm:
+                m.session()
+            self.assertEqual(cm.exception.status, libllm.Status.UNSUPPORTED)
+        self.assertTrue(all(0.0 <= p <= 1.0 for p in seen))
+
+    def test_progress_can_cancel(self):
+        calls = []
+        try:
+            libllm.Model(STORIES, device=libllm.Device.CPU, progress=lambda p: calls.append(p) and False)
+            cancelled = False
+        except libllm.LlmError as e:
+            self.assertEqual(e.status, libllm.Status.CANCELLED)
+            cancelled = True
+        # A library that reports progress must honour the cancel request.
+        self.assertEqual(cancelled, bool(calls))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,252 @@
+//! End-to-end tests of the safe wrapper against the real library and the
+//! stories260K reference vectors (case 0 of reference/stories260K_greedy.json,
+//! produced by llama2.c run.c; copied here as test data).
+use libllm::{sys, Device, LoadParams, Model, Sampling, Session, Status, TokenizeFlags};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const PROMPT: &str = "Once upon a time";
+const PROMPT_IDS: [i32; 5] = [1, 403, 407, 261, 378];
+const GENERATED_IDS: [i32; 64] = [
+    432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265,
+    282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267, 337, 335,
+    312, 432, 398, 312, 286, 267, 414, 270, 333, 415, 426, 13, 438, 310, 439, 419, 357, 336,
+];
+const GENERATED_TEXT: &str = ", there was a little girl named Lily. She loved to play outside in the park. One day, \
+she saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said";
+
+fn models_dir() -> PathBuf {
+    match std::env::var_os("LLM_MODELS_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/models"),
+    }
+}
+
+fn stories() -> Model {
+    // One compute thread each: the tests already run in parallel on small CI machines.
+    let path = models_dir().join("stories260K.gguf");
+    Model::load_with(&path, LoadParams::new().device(Device::Cpu).n_threads(1))
+        .unwrap_or_else(|e| panic!("loading {}: {}", path.display(), e))
+}
+
+fn greedy_ids(session: &mut Session, n: usize) -> Vec<i32> {
+    (0..n)
+        .map(|_| session.decode_step(&Sampling::greedy()).unwrap())
+        .collect()
+}
+
+#[test]
+fn version_matches_header() {
+    assert_eq!(libllm::version(), sys::LLM_VERSION_NUMBER);
+    assert_eq!(
+        libllm::version_string(),
+        format!(
+            "{}.{}.{}",
+            sys::LLM_VERSION_MAJOR,
+            sys::LLM_VERSION_MINOR,
+            sys::LLM_VERSION_PATCH
+        )
+    );
+}
+
+#[test]
+fn struct_layouts_match_c() {
+    // x86-64 / LP64 values, the same ones tests/abi/layout_test.cpp pins for C.
+    use std::mem::size_of;
+    assert_eq!(size_of::<sys::llm_load_params>(), 64);
+    assert_eq!(size_of::<sys::llm_model_properties>(), 112);
+    assert_eq!(size_of::<sys::llm_detok_state>(), 16);
+    assert_eq!(size_of::<sys::llm_session_params>(), 40);
+    assert_eq!(size_of::<sys::llm_sampling>(), 40);
+    assert_eq!(size_of::<sys::llm_session_stats_t>(), 80);
+}
+
+#[test]
+fn model_is_send_sync_session_is_send() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Model>();
+    send::<Session>();
+}
+
+#[test]
+fn reference_greedy_continuation() {
+    let model = stories();
+    let info = model.info().unwrap();
+    assert_eq!(info.vocab_size, 512);
+    assert_eq!(info.n_layers, 5);
+    assert_eq!(info.dim, 64);
+    assert_eq!(info.architecture, "llama");
+    assert_eq!(info.bos, Some(1));
+
+    let prompt = model.tokenize(PROMPT, true).unwrap();
+    assert_eq!(prompt, PROMPT_IDS);
+    assert_eq!(model.detokenize(&prompt).unwrap(), PROMPT);
+
+    let mut session = model.session().unwrap();
+    session.prefill(&prompt).unwrap();
+    {
+        let logits = session.logits().unwrap();
+        assert_eq!(logits.len(), 512);
+        let argmax = (0..logits.len()).fold(0, |best, i| if logits[i] > logits[best] { i } else { best });
+        assert_eq!(argmax as i32, GENERATED_IDS[0]);
+    }
+    assert_eq!(greedy_ids(&mut session, 64), GENERATED_IDS);
+    let stats = session.stats().unwrap();
+    assert_eq!(stats.n_prompt, 5);
+    assert_eq!(stats.n_generated, 64);
+    assert_eq!(stats.n_tokens, 69);
+
+    // Same continuation through the streaming iterator, after a reset.
+    session.reset().unwrap();
+    let mut ids = Vec::new();
+    let mut text = String::new();
+    for piece in session.generate(PROMPT, 64, Sampling::greedy()).unwrap() {
+        let piece = piece.unwrap();
+        ids.push(piece.token);
+        text.push_str(&piece.text);
+    }
+    assert_eq!(ids, GENERATED_IDS);
+    assert_eq!(text, GENERATED_TEXT);
+    assert_eq!(model.detokenize(&GENERATED_IDS).unwrap(), GENERATED_TEXT);
+}
+
+#[test]
+fn sessions_on_threads_share_one_model() {
+    let model = stories();
+    let handles: Vec<_> = (0..3)
+        .map(|_| {
+            let model = model.clone();
+            std::thread::spawn(move || {
+                let mut s = model.session().unwrap();
+                s.prefill(&PROMPT_IDS).unwrap();
+                greedy_ids(&mut s, 24)
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), GENERATED_IDS[..24]);
+    }
+    // A session created here can move to another thread (Send).
+    let mut s = model.session().unwrap();
+    s.prefill(&PROMPT_IDS).unwrap();
+    let ids = std::thread::spawn(move || greedy_ids(&mut s, 8)).join().unwrap();
+    assert_eq!(ids, GENERATED_IDS[..8]);
+}
+
+#[test]
+fn session_keeps_model_alive() {
+    let model = stories();
+    let mut s = model.session().unwrap();
+    drop(model); // the session's reference keeps the C model alive
+    s.prefill(&PROMPT_IDS).unwrap();
+    assert_eq!(greedy_ids(&mut s, 4), GENERATED_IDS[..4]);
+    assert_eq!(s.model().tokenize(PROMPT, true).unwrap(), PROMPT_IDS);
+}
+
+#[test]
+fn errors_carry_status_and_message() {
+    let missing = models_dir().join("does-not-exist.gguf");
+    let err = Model::load(&missing).unwrap_err();
+    assert_eq!(err.status(), Status::Io);
+    assert!(!err.message().is_empty());
+    assert!(err.to_string().contains(err.message()));
+
+    let not_a_model = models_dir().join("README.md");
+    let err = Model::load(&not_a_model).unwrap_err();
+    assert_eq!(err.status(), Status::Format, "{}", err);
+
+    let model = stories();
+    let mut s = model.session().unwrap();
+    // Decoding with no token at all is an invalid argument; the session stays usable.
+    assert_eq!(
+        s.decode_step(&Sampling::greedy()).unwrap_err().status(),
+        Status::InvalidArgument
+    );
+    assert_eq!(s.prefill(&[100_000]).unwrap_err().status(), Status::InvalidArgument);
+    s.prefill(&PROMPT_IDS).unwrap();
+    assert_eq!(greedy_ids(&mut s, 2), GENERATED_IDS[..2]);
+    assert_eq!(s.kv_evict(0, 1000).unwrap_err().status(), Status::InvalidArgument);
+}
+
+#[test]
+fn vocab_only_model_tokenizes_but_has_no_sessions() {
+    let progress_calls = Arc::new(AtomicUsize::new(0));
+    let counter = progress_calls.clone();
+    let model = Model::load_with(
+        models_dir().join("stories260K.gguf"),
+        LoadParams::new().vocab_only(true).progress(move |p| {
+            assert!((0.0..=1.0).contains(&p));
+            counter.fetch_add(1, Ordering::Relaxed);
+            true
+        }),
+    )
+    .unwrap();
+    assert_eq!(
+        model.tokenize_with(PROMPT.as_bytes(), TokenizeFlags::ADD_BOS).unwrap(),
+        PROMPT_IDS
+    );
+    assert_eq!(model.session().unwrap_err().status(), Status::Unsupported);
+    let _ = progress_calls.load(Ordering::Relaxed); // progress reporting is optional for tiny files
+}
+
+#[test]
+fn progress_callback_can_cancel_loading() {
+    let mut calls = 0;
+    let result = Model::load_with(
+        models_dir().join("stories260K.gguf"),
+        LoadParams::new().device(Device::Cpu).progress(|_| {
+            calls += 1;
+            false
+        }),
+    );
+    // A library that reports progress must honour the cancel request.
+    if calls > 0 {
+        assert_eq!(result.unwrap_err().status(), Status::Cancelled);
+    }
+}
+
+#[test]
+fn detokenizer_holds_back_incomplete_utf8() {
+    let model = stories();
+    // "ö" is not in the vocabulary: byte fallback gives <0xC3> <0xB6> = ids 198, 185.
+    let ids = model.tokenize_with("ö".as_bytes(), TokenizeFlags::NONE).unwrap();
+    assert!(ids.ends_with(&[198, 185]), "{:?}", ids);
+    let mut d = model.detokenizer(Some(378));
+    assert_eq!(d.push(198).unwrap(), "");
+    assert_eq!(d.push(185).unwrap(), "ö");
+    assert_eq!(d.push(198).unwrap(), "");
+    assert_eq!(d.flush().unwrap(), "\u{FFFD}");
+}
+
+#[test]
+fn fork_and_save_restore_continue_identically() {
+    let model = stories();
+    let mut s = model.session().unwrap();
+    s.prefill(&PROMPT_IDS).unwrap();
+    assert_eq!(greedy_ids(&mut s, 10), GENERATED_IDS[..10]);
+
+    let mut fork = s.fork().unwrap();
+    let saved = s.save().unwrap();
+    assert!(!saved.is_empty());
+    assert_eq!(greedy_ids(&mut s, 10), GENERATED_IDS[10..20]);
+    // The fork shares the prefix and continues on its own thread.
+    let fork_ids = std::thread::spawn(move || greedy_ids(&mut fork, 10)).join().unwrap();
+    assert_eq!(fork_ids, GENERATED_IDS[10..20]);
+
+    let mut restored = Session::restore(&model, &saved).unwrap();
+    assert_eq!(restored.stats().unwrap().n_tokens, 15);
+    assert_eq!(greedy_ids(&mut restored, 10), GENERATED_IDS[10..20]);
+
+    // Damaged bytes are rejected with a status, never a crash.
+    let mut bad = saved.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0x55;
+    let status = Session::restore(&model, &bad).unwrap_err().status();
+    assert!(matches!(status, Status::Checksum | Status::Format), "{:?}", status);
+    let status = Session::restore(&model, &saved[..saved.len() / 3])
+        .unwrap_err()
+        .status();
+    assert!(matches!(status, Status::Checksum | Status::Format), "{:?}", status);
+}
