@@ -12,6 +12,10 @@ apt-get install -y -qq --no-install-recommends \
   libzstd-dev libmimalloc-dev libxxhash-dev \
   libgtest-dev libgmock-dev googletest libbenchmark-dev nlohmann-json3-dev unicode-data \
   clang libclang-rt-dev \
-  golang-go mono-mcs mono-runtime \
+  golang-go mono-mcs mono-runtime binutils \
   >/dev/null
+# The Rust binding needs cargo; Debian's is enough when none is installed.
+if ! command -v cargo >/dev/null 2>&1; then
+  apt-get install -y -qq --no-install-recommends cargo rustc >/dev/null
+fi
 echo "libllm: dependencies installed"

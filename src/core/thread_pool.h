@@ -3,7 +3,10 @@
 // no thread is ever created per token.
 //
 // run(fn) calls fn(ith, nth) once on each of nth threads (the caller is
-// thread 0) and returns when all are done. If another thread is already
+// thread 0) and returns when all are done. If a call throws (on any thread),
+// run() still waits for the others and then rethrows the first exception on
+// the caller's thread: nothing escapes a worker (that would terminate the
+// process). If another thread is already
 // using the pool (two sessions decoding at once), the caller does the whole
 // job alone (nth = 1) instead of waiting: sessions never block each other.
 #pragma once
@@ -11,6 +14,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -21,7 +25,8 @@ class ThreadPool {
  public:
   using TaskFn = void (*)(void* ctx, int ith, int nth);
 
-  // n_threads <= 0: hardware concurrency.
+  // n_threads <= 0: hardware concurrency. Throws Error(LLM_ERR_OUT_OF_MEMORY)
+  // if a worker thread cannot be started (the ones already started are joined).
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -46,6 +51,7 @@ class ThreadPool {
 
  private:
   void worker(int ith);
+  void stop_and_join() noexcept;
 
   int n_threads_;
   std::vector<std::thread> threads_;
@@ -58,6 +64,8 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
+  std::mutex error_mu_;
+  std::exception_ptr worker_error_;  // first exception thrown by a worker in the current job
 };
 
 }  // namespace llm

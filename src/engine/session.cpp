@@ -350,10 +350,15 @@ void Session::stats(llm_session_stats_t* out) const {
   for (const kv::Page* p : pages_) s.kv_bytes += pool_.page_bytes(p->type);
   s.ttft_ms = ttft_ms_;
   if (!itl_ms_.empty()) {
+    // Linear-time order statistics: stats may be polled after every token.
     std::vector<float> v = itl_ms_;
-    std::sort(v.begin(), v.end());
-    s.itl_median_ms = v.size() % 2 ? v[v.size() / 2] : 0.5 * (double(v[v.size() / 2 - 1]) + v[v.size() / 2]);
-    s.itl_p95_ms = v[std::min(v.size() - 1, size_t(std::ceil(0.95 * double(v.size()))) - 1)];
+    auto nth = [&v](size_t k) {
+      std::nth_element(v.begin(), v.begin() + long(k), v.end());
+      return double(v[k]);
+    };
+    const size_t mid = v.size() / 2;
+    s.itl_median_ms = v.size() % 2 ? nth(mid) : 0.5 * (nth(mid - 1) + nth(mid));
+    s.itl_p95_ms = nth(std::min(v.size() - 1, size_t(std::ceil(0.95 * double(v.size()))) - 1));
     s.gen_tokens_per_s = gen_ms_total_ > 0 ? 1000.0 * double(itl_ms_.size()) / gen_ms_total_ : 0;
   }
   s.prompt_tokens_per_s = prompt_ms_total_ > 0 ? 1000.0 * prompt_tokens_timed_ / prompt_ms_total_ : 0;

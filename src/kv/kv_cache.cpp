@@ -89,6 +89,12 @@ void store_row(const Geometry& g, Page* p, int32_t layer, int kv, int32_t head, 
     }
     case LLM_KV_INT8:
     case LLM_KV_INT4: {
+      float tmp[1024];
+      if (kv == 0 && g.key_channel_scale) {
+        const float* cs = g.key_channel_scale + (size_t(layer) * size_t(g.n_kv_heads) + size_t(head)) * size_t(d);
+        for (int32_t i = 0; i < d; ++i) tmp[i] = src[i] / cs[i];
+        src = tmp;
+      }
       float amax = 0.f;
       for (int32_t i = 0; i < d; ++i) amax = std::max(amax, std::fabs(src[i]));
       const float qmax = p->type == LLM_KV_INT8 ? 127.f : 7.f;
@@ -133,6 +139,10 @@ void load_row(const Geometry& g, const Page* p, int32_t layer, int kv, int32_t h
       break;
     }
     default: break;
+  }
+  if (kv == 0 && g.key_channel_scale && has_scales(p->type)) {
+    const float* cs = g.key_channel_scale + (size_t(layer) * size_t(g.n_kv_heads) + size_t(head)) * size_t(d);
+    for (int32_t i = 0; i < d; ++i) out[i] *= cs[i];
   }
 }
 

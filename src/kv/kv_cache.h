@@ -27,6 +27,13 @@ struct Geometry {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t page_tokens = 16;
+  // Optional [n_layers][n_kv_heads][head_dim] per-channel key scales for the
+  // int8/int4 types: keys are stored as k / s and loaded as q * s. Keys have
+  // outlier channels (large-norm rows of W_k); dividing them out before the
+  // per-row quantization spreads the int8 range over all channels. The scale
+  // is equal within each RoPE pair (2j, 2j+1), so it commutes with rotation
+  // and eviction's re-rotation stays exact. nullptr = all ones.
+  const float* key_channel_scale = nullptr;
 };
 
 // Bytes of one K or V row (head_dim values) in storage type t, excluding scales.

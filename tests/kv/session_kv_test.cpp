@@ -116,14 +116,21 @@ TEST(KvEvict, KeptKeysEqualKeysAtTheirNewPositions) {
           a.impl().kv_row(layer, 0, h, slot, new_k.data());
           const auto want = rerotate(old_k, old_slot, slot, 10000.0);
           // Tolerance: one more rounding to the storage type (quantized keys
-          // are dequantized, rotated and re-quantized: up to one step).
-          float amax = 0.f;
-          for (float v : want) amax = std::max(amax, std::fabs(v));
-          const float tol = kv == LLM_KV_F32   ? 2e-5f * (1.f + amax)
-                            : kv == LLM_KV_F16 ? amax / 1024.f + 1e-6f
-                            : kv == LLM_KV_INT8 ? amax / 127.f * 1.01f
-                                                : amax / 7.f * 1.01f;
-          for (int d = 0; d < 8; ++d) ASSERT_NEAR(new_k[size_t(d)], want[size_t(d)], tol) << "slot " << slot;
+          // are dequantized, rotated and re-quantized: up to one step, whose
+          // size in channel d is the row's max of k / s times s[d]).
+          const float* cs = m.m->impl->key_channel_scale() + (layer * 4 + h) * 8;
+          float amax = 0.f, amax_scaled = 0.f;
+          for (int d = 0; d < 8; ++d) {
+            amax = std::max(amax, std::fabs(want[size_t(d)]));
+            amax_scaled = std::max(amax_scaled, std::fabs(want[size_t(d)] / cs[d]));
+          }
+          for (int d = 0; d < 8; ++d) {
+            const float tol = kv == LLM_KV_F32   ? 2e-5f * (1.f + amax)
+                              : kv == LLM_KV_F16 ? amax / 1024.f + 1e-6f
+                              : kv == LLM_KV_INT8 ? amax_scaled * cs[d] / 127.f * 1.01f
+                                                  : amax_scaled * cs[d] / 7.f * 1.01f;
+            ASSERT_NEAR(new_k[size_t(d)], want[size_t(d)], tol) << "slot " << slot << " dim " << d << " layer " << layer << " head " << h << " old " << old_k[0] << "," << old_k[1] << "," << old_k[2] << "," << old_k[3] << "," << old_k[4] << "," << old_k[5] << "," << old_k[6] << "," << old_k[7] << " new " << new_k[0] << "," << new_k[1] << "," << new_k[2] << "," << new_k[3] << "," << new_k[4] << "," << new_k[5] << "," << new_k[6] << "," << new_k[7] << " cs " << cs[0] << "," << cs[2] << "," << cs[4] << "," << cs[6];
+          }
           // Values move unchanged.
           before.impl().kv_row(layer, 1, h, old_slot, old_k.data());
           a.impl().kv_row(layer, 1, h, slot, new_k.data());
@@ -175,7 +182,9 @@ TEST(KvWindow, StreamsFiveThousandTokensInConstantMemory) {
     const auto st = stats(s.s);
     ASSERT_LE(st.n_cached, 128u);
     if (i == 300) full_bytes = st.kv_bytes;
-    if (i > 300) ASSERT_EQ(st.kv_bytes, full_bytes) << i;
+    if (i > 300) {
+      ASSERT_EQ(st.kv_bytes, full_bytes) << i;
+    }
   }
   EXPECT_GT(stats(s.s).n_evicted, 4800u);
 }

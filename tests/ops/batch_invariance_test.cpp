@@ -1,0 +1,62 @@
+// Each output row of matmul must not depend on how many rows are computed
+// together or on the thread count: a token's logits and K/V are then the same
+// whether it was part of a prefill batch or decoded alone. Session features
+// rely on it (evicting the tail reproduces a fresh prefill bit for bit).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "core/thread_pool.h"
+#include "quant/quant.h"
+
+namespace {
+
+struct Weights {
+  std::vector<uint8_t> bytes;
+  llm::cpu::WeightView view;
+};
+
+Weights make(llm::DType t, uint32_t group, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Weights w;
+  const size_t rb = llm::dtype_row_bytes(t, cols, group);
+  w.bytes.resize(rb * size_t(rows));
+  std::normal_distribution<float> nd(0.f, 0.05f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& v : row) v = nd(rng);
+    llm::quantize_row(t, group, row.data(), w.bytes.data() + size_t(r) * rb, cols);
+  }
+  w.view = {t, group, rows, cols, w.bytes.data(), rb};
+  return w;
+}
+
+}  // namespace
+
+TEST(MatmulBatchInvariance, RowResultsDoNotDependOnBatchOrThreads) {
+  std::mt19937 rng(11);
+  llm::ThreadPool pool1(1), pool2(2);
+  struct T {
+    llm::DType t;
+    uint32_t g;
+  };
+  for (const T& tt : {T{llm::DType::F32, 0}, T{llm::DType::F16, 0}, T{llm::DType::BF16, 0}, T{llm::DType::Q8, 32},
+                      T{llm::DType::Q4, 32}, T{llm::DType::Q4, 128}})
+    for (llm::cpu::MatmulMode mode : {llm::cpu::MatmulMode::Reference, llm::cpu::MatmulMode::Fast}) {
+      SCOPED_TRACE(testing::Message() << llm::dtype_name(tt.t) << " g" << tt.g << " mode " << int(mode));
+      const int64_t rows = 67, cols = 256, n = 13;
+      Weights w = make(tt.t, tt.g, rows, cols, rng);
+      std::normal_distribution<float> nd(0.f, 1.f);
+      std::vector<float> x(size_t(n * cols));
+      for (auto& v : x) v = nd(rng);
+      std::vector<float> batch(size_t(n * rows));
+      llm::cpu::matmul(w.view, x.data(), n, batch.data(), &pool2, mode);
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<float> one(static_cast<size_t>(rows));
+        llm::cpu::matmul(w.view, x.data() + i * cols, 1, one.data(), (i % 2) ? &pool1 : &pool2, mode);
+        ASSERT_EQ(0, std::memcmp(one.data(), batch.data() + i * rows, size_t(rows) * 4)) << "row " << i;
+      }
+    }
+}
