@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/attention_rows.h"
+#include "backend/cpu/cpu_features.h"
 #include "core/thread_pool.h"
 
 namespace llm::cpu {
@@ -55,6 +57,29 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+namespace {
+
+struct RowFns {
+  float (*dot_f32)(const float*, const float*, int32_t);
+  float (*dot_f16)(const float*, const uint16_t*, int32_t);
+  void (*axpy_f32)(float, const float*, float*, int32_t);
+  void (*axpy_f16)(float, const uint16_t*, float*, int32_t);
+};
+
+RowFns row_fns() {
+#if defined(__x86_64__) || defined(_M_X64)
+  if (use_avx2_kernels()) return {rows::avx2::dot_f32, rows::avx2::dot_f16, rows::avx2::axpy_f32, rows::avx2::axpy_f16};
+#endif
+  return {rows::dot_f32, rows::dot_f16, rows::axpy_f32, rows::axpy_f16};
+}
+
+}  // namespace
+
+// Work item = (query row i, KV head): each cached K/V row is read once and
+// serves all the query heads of its GQA group (n_heads / n_kv_heads of them).
+// f32/f16 rows are used in place; int8/int4 rows are dequantized once into a
+// scratch row. Per-element work is identical whatever the batch or thread
+// split, so a row's result does not depend on either.
 void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch, ThreadPool* pool) {
   const kv::Geometry& g = *a.geom;
   const int32_t hd = g.head_dim;
@@ -63,55 +88,68 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
   const int64_t max_len = a.p0 + a.n;
   const float scale = 1.0f / std::sqrt(float(hd));
   const int nth = pool ? pool->size() : 1;
+  const RowFns f = row_fns();
+  const size_t need = size_t(group) * size_t(max_len) + size_t(hd) * size_t(group + 1);
   if (int(scratch.size()) < nth) scratch.resize(size_t(nth));
   for (auto& s : scratch)
-    if (int64_t(s.size()) < max_len + 2 * hd) s.resize(size_t(max_len + 2 * hd));
+    if (s.size() < need) s.resize(need);
 
   auto work = [&](int ith, int nth_run) {
     int64_t begin, end;
-    ThreadPool::split(a.n * a.n_heads, ith, nth_run, &begin, &end);
-    float* att = scratch[size_t(ith)].data();
-    float* row = att + max_len;
-    float* acc = row + hd;
+    ThreadPool::split(a.n * g.n_kv_heads, ith, nth_run, &begin, &end);
+    float* att = scratch[size_t(ith)].data();    // [group][len]
+    float* acc = att + size_t(group) * size_t(max_len);  // [group][hd]
+    float* row = acc + size_t(group) * size_t(hd);       // [hd] dequantized row
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t i = task / a.n_heads;
-      const int32_t h = int32_t(task % a.n_heads);
-      const int32_t kvh = h / group;
-      const float* q = a.q + i * q_stride + int64_t(h) * hd;
+      const int64_t i = task / g.n_kv_heads;
+      const int32_t kvh = int32_t(task % g.n_kv_heads);
+      const float* q0 = a.q + i * q_stride + int64_t(kvh) * group * hd;  // first query head of the group
       const int64_t len = a.p0 + i + 1;
       for (int64_t t = 0; t < len; ++t) {
         const kv::Page* p = a.pages[t / g.page_tokens];
         const int32_t slot = int32_t(t % g.page_tokens);
-        const float* k;
-        if (p->type == LLM_KV_F32) {
-          k = reinterpret_cast<const float*>(kv::row_ptr(g, p, a.layer, 0, kvh, slot));
-        } else {
-          kv::load_row(g, p, a.layer, 0, kvh, slot, row);
-          k = row;
+        const uint8_t* kr = kv::row_ptr(g, p, a.layer, 0, kvh, slot);
+        for (int32_t j = 0; j < group; ++j) {
+          const float* q = q0 + int64_t(j) * hd;
+          float dot;
+          if (p->type == LLM_KV_F32) {
+            dot = f.dot_f32(q, reinterpret_cast<const float*>(kr), hd);
+          } else if (p->type == LLM_KV_F16) {
+            dot = f.dot_f16(q, reinterpret_cast<const uint16_t*>(kr), hd);
+          } else {
+            if (j == 0) kv::load_row(g, p, a.layer, 0, kvh, slot, row);
+            dot = f.dot_f32(q, row, hd);
+          }
+          att[size_t(j) * size_t(max_len) + size_t(t)] = dot * scale;
         }
-        float dot = 0.f;
-        for (int32_t d = 0; d < hd; ++d) dot += q[d] * k[d];
-        att[t] = dot * scale;
       }
-      softmax(att, len);
-      std::fill(acc, acc + hd, 0.f);
+      for (int32_t j = 0; j < group; ++j) softmax(att + size_t(j) * size_t(max_len), len);
+      std::fill(acc, acc + size_t(group) * size_t(hd), 0.f);
       for (int64_t t = 0; t < len; ++t) {
         const kv::Page* p = a.pages[t / g.page_tokens];
         const int32_t slot = int32_t(t % g.page_tokens);
-        const float* v;
-        if (p->type == LLM_KV_F32) {
-          v = reinterpret_cast<const float*>(kv::row_ptr(g, p, a.layer, 1, kvh, slot));
-        } else {
-          kv::load_row(g, p, a.layer, 1, kvh, slot, row);
-          v = row;
+        const uint8_t* vr = kv::row_ptr(g, p, a.layer, 1, kvh, slot);
+        if (p->type != LLM_KV_F32 && p->type != LLM_KV_F16) kv::load_row(g, p, a.layer, 1, kvh, slot, row);
+        for (int32_t j = 0; j < group; ++j) {
+          const float w = att[size_t(j) * size_t(max_len) + size_t(t)];
+          float* aj = acc + size_t(j) * size_t(hd);
+          if (p->type == LLM_KV_F32)
+            f.axpy_f32(w, reinterpret_cast<const float*>(vr), aj, hd);
+          else if (p->type == LLM_KV_F16)
+            f.axpy_f16(w, reinterpret_cast<const uint16_t*>(vr), aj, hd);
+          else
+            f.axpy_f32(w, row, aj, hd);
         }
-        const float w = att[t];
-        for (int32_t d = 0; d < hd; ++d) acc[d] += w * v[d];
       }
-      std::memcpy(a.out + i * q_stride + int64_t(h) * hd, acc, size_t(hd) * sizeof(float));
+      for (int32_t j = 0; j < group; ++j)
+        std::memcpy(a.out + i * q_stride + (int64_t(kvh) * group + j) * hd, acc + size_t(j) * size_t(hd),
+                    size_t(hd) * sizeof(float));
     }
   };
-  if (pool)
+  // A parallel region costs a few microseconds (more on a busy machine):
+  // small attentions run on the calling thread.
+  const int64_t work_items = a.n * (a.p0 + a.n) * int64_t(a.n_heads) * hd;
+  if (pool && pool->size() > 1 && work_items >= (int64_t(1) << 15))
     pool->parallel(work);
   else
     work(0, 1);
