@@ -1,0 +1,275 @@
+// Per-element math, index layouts and small planning rules of the CUDA
+// kernels, written once as __host__ __device__ functions. The kernels call
+// them on the GPU; tests/gpu/*_cpu_test.cpp call the very same functions on
+// the CPU, so everything but the parallel skeleton (threads, shared memory,
+// shuffles) is verified on machines without a GPU.
+//
+// This header compiles with nvcc and with the host C++ compiler; it holds no
+// CUDA API calls.
+#pragma once
+
+#include <math.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/half.h"
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#define LLM_HD __host__ __device__ inline
+#else
+#define LLM_HD inline
+#endif
+
+namespace llm::cuda {
+
+// ---------------------------------------------------------------- scalars
+
+LLM_HD float f16_bits_to_float(uint32_t h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h & 0xffffu)));
+#else
+  return ::llm::f16_to_f32(uint16_t(h & 0xffffu));
+#endif
+}
+
+LLM_HD float bf16_bits_to_float(uint32_t h) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float((h & 0xffffu) << 16);
+#else
+  return ::llm::bf16_to_f32(uint16_t(h & 0xffffu));
+#endif
+}
+
+// Round to nearest even, like llm::f32_to_f16 (the CPU KV cache's store_row).
+LLM_HD uint16_t float_to_f16_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __half_as_ushort(__float2half_rn(f));
+#else
+  return ::llm::f32_to_f16(f);
+#endif
+}
+
+LLM_HD uint16_t float_to_bf16_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+#else
+  return ::llm::f32_to_bf16(f);
+#endif
+}
+
+LLM_HD float bits_as_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  return ::llm::bits_to_f32(u);
+#endif
+}
+
+// ---------------------------------------------------------------- weights on the device
+//
+// Device matrices are stored row by row with a row pitch that is a multiple
+// of 16 bytes, so a warp reads each row with 16-byte vector loads ("chunks").
+// Quantized formats keep their f16 scales in a separate array
+// [rows][groups_per_row], so quant bytes stay 16-byte aligned:
+//
+//   F32 / F16 / BF16 : the row's values, zero padded to the pitch
+//   Q8               : int8 q[cols] (value = d * q, one d per 32 values)
+//   Q4               : byte k holds value 2k (low nibble) and 2k + 1 (high
+//                      nibble), value = d * (nibble - 8), one d per group of G.
+//                      (dtype.h's Q4 keeps j and j + G/2 in one byte; the
+//                      upload repacks to consecutive pairs so a 16-byte chunk
+//                      is 32 consecutive values.)
+// Tails: values past `cols` are zero and are never multiplied with
+// activations (the kernels guard activation reads at 4-float granularity, so
+// cols must be a multiple of 4).
+enum class WFormat : uint32_t { F32 = 0, F16 = 1, BF16 = 2, Q8 = 3, Q4 = 4 };
+
+constexpr int kChunkBytes = 16;
+
+LLM_HD constexpr int chunk_values(WFormat f) {
+  return f == WFormat::F32 ? 4 : (f == WFormat::F16 || f == WFormat::BF16) ? 8 : f == WFormat::Q8 ? 16 : 32;
+}
+LLM_HD constexpr bool is_quantized(WFormat f) { return f == WFormat::Q8 || f == WFormat::Q4; }
+
+// One 16-byte vector load, little-endian words.
+struct alignas(16) Chunk {
+  uint32_t w[4];
+};
+
+// Byte k (0..15) of a chunk.
+LLM_HD uint32_t chunk_byte(const Chunk& c, int k) { return (c.w[k >> 2] >> ((k & 3) * 8)) & 0xffu; }
+
+// Decodes one chunk into chunk_values(F) floats. `scale` is the group's d
+// (ignored for float formats). Bit-exact with llm::dequantize_row.
+template <WFormat F>
+LLM_HD void decode_chunk(const Chunk& c, float scale, float* out) {
+  if constexpr (F == WFormat::F32) {
+    for (int i = 0; i < 4; ++i) out[i] = bits_as_float(c.w[i]);
+  } else if constexpr (F == WFormat::F16) {
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = f16_bits_to_float(c.w[i]);
+      out[2 * i + 1] = f16_bits_to_float(c.w[i] >> 16);
+    }
+  } else if constexpr (F == WFormat::BF16) {
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = bf16_bits_to_float(c.w[i]);
+      out[2 * i + 1] = bf16_bits_to_float(c.w[i] >> 16);
+    }
+  } else if constexpr (F == WFormat::Q8) {
+    for (int k = 0; k < 16; ++k) out[k] = scale * float(int(int8_t(uint8_t(chunk_byte(c, k)))));
+  } else {
+    for (int k = 0; k < 16; ++k) {
+      const uint32_t b = chunk_byte(c, k);
+      out[2 * k] = scale * float(int(b & 15u) - 8);
+      out[2 * k + 1] = scale * float(int(b >> 4) - 8);
+    }
+  }
+}
+
+// sum_i w_i * x_i over one chunk, x_i = x[i]; `n_valid` (a multiple of 4,
+// <= chunk_values) limits the activation reads at the end of a row. For
+// quantized formats the scale is applied once per chunk: scale * sum(q * x).
+template <WFormat F>
+LLM_HD float dot_chunk(const Chunk& c, float scale, const float* x, int n_valid) {
+  constexpr int V = chunk_values(F);
+  float acc = 0.f;
+  if constexpr (F == WFormat::Q8) {
+    for (int k = 0; k < V; ++k)
+      if (k < n_valid) acc += float(int(int8_t(uint8_t(chunk_byte(c, k))))) * x[k];
+    return acc * scale;
+  } else if constexpr (F == WFormat::Q4) {
+    for (int k = 0; k < 16; ++k) {
+      if (2 * k >= n_valid) break;
+      const uint32_t b = chunk_byte(c, k);
+      acc += float(int(b & 15u) - 8) * x[2 * k] + float(int(b >> 4) - 8) * x[2 * k + 1];
+    }
+    return acc * scale;
+  } else {
+    float v[V];
+    decode_chunk<F>(c, 1.f, v);
+    for (int k = 0; k < V; ++k)
+      if (k < n_valid) acc += v[k] * x[k];
+    return acc;
+  }
+}
+
+// Index of the scale (group) of the chunk that starts at value `first`.
+LLM_HD int64_t chunk_group(int64_t first, int32_t group) { return group > 0 ? first / group : 0; }
+
+// ---------------------------------------------------------------- KV pages
+//
+// Device pages use the host page layout of kv/kv_cache.h, so a page can be
+// copied between host and device byte for byte (session save/restore):
+//   [n_layers][2 (K, V)][n_kv_heads][page_tokens][head_dim]  (f16 or f32)
+// Page tables hold device pointers to page starts.
+struct KvGeom {
+  int32_t n_layers = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t page_tokens = 16;
+};
+
+// Row index (in units of head_dim elements) of (layer, kv, head, slot) within a page.
+LLM_HD int64_t kv_row_index(const KvGeom& g, int32_t layer, int32_t kv, int32_t head, int32_t slot) {
+  return ((int64_t(layer) * 2 + kv) * g.n_kv_heads + head) * g.page_tokens + slot;
+}
+
+// Page index and slot of sequence position `pos`.
+LLM_HD int32_t kv_page_of(int64_t pos, int32_t page_tokens) { return int32_t(pos / page_tokens); }
+LLM_HD int32_t kv_slot_of(int64_t pos, int32_t page_tokens) { return int32_t(pos % page_tokens); }
+
+// ---------------------------------------------------------------- element-wise ops
+
+// 1 / sqrt(mean(x^2) + eps); y = w * (inv * x) exactly as cpu::rmsnorm.
+LLM_HD float rms_inv(float sumsq, int64_t dim, float eps) { return 1.0f / sqrtf(sumsq / float(dim) + eps); }
+
+// cpu::silu_mul for one element.
+LLM_HD float silu_mul(float g, float u) { return g * (1.0f / (1.0f + expf(-g))) * u; }
+
+// RoPE on adjacent pairs (2j, 2j+1): angle = pos * theta^(-2j / head_dim), as cpu::rope_head.
+LLM_HD float rope_inv_freq(int32_t even_index, int32_t head_dim, float theta) {
+  return 1.0f / powf(theta, float(even_index) / float(head_dim));
+}
+LLM_HD void rope_rotate(float* v0, float* v1, float angle) {
+  const float c = cosf(angle), s = sinf(angle);
+  const float a = *v0, b = *v1;
+  *v0 = a * c - b * s;
+  *v1 = a * s + b * c;
+}
+// Rotates pair `even_index` of a head at position `pos` (may be negative: eviction).
+LLM_HD void rope_pair(float* v0, float* v1, int32_t even_index, int32_t head_dim, int64_t pos, float theta) {
+  rope_rotate(v0, v1, float(pos) * rope_inv_freq(even_index, head_dim, theta));
+}
+
+// ---------------------------------------------------------------- softmax pieces
+//
+// Attention keeps, per query, a running max m, a running sum l of
+// exp(s - m) and an unnormalised accumulator acc = sum exp(s - m) v. A new
+// block of scores (tile or split) with its own (m_b, l_b, acc_b) merges as
+//   m = max(m_a, m_b); acc = acc_a * e^(m_a - m) + acc_b * e^(m_b - m); same for l.
+// -inf marks "no keys seen yet"; it must never produce NaN.
+LLM_HD float exp_or_zero(float s, float m) { return s == -INFINITY ? 0.f : expf(s - m); }
+
+struct MergeFactors {
+  float m;   // merged max
+  float fa;  // factor for the a side
+  float fb;  // factor for the b side
+};
+LLM_HD MergeFactors softmax_merge(float m_a, float m_b) {
+  MergeFactors r;
+  r.m = m_a > m_b ? m_a : m_b;
+  r.fa = r.m == -INFINITY ? 0.f : exp_or_zero(m_a, r.m);
+  r.fb = r.m == -INFINITY ? 0.f : exp_or_zero(m_b, r.m);
+  return r;
+}
+
+// Final output of a merged state: acc / l (0 when no key was visible).
+LLM_HD float softmax_finish(float acc, float l) { return l > 0.f ? acc / l : 0.f; }
+
+// ---------------------------------------------------------------- attention tiling
+//
+// Keys are processed in tiles of kAttnTile consecutive positions staged in
+// shared memory. Decode splits the key range of a sequence into n_splits
+// chunks of split_tokens (a multiple of kAttnTile); each block writes a
+// partial (m, l, acc) and a reduce kernel merges them (flash-decoding).
+constexpr int kAttnTile = 32;
+constexpr int kAttnThreads = 256;
+constexpr int kAttnMaxAcc = 16;       // accumulators per thread: queries_per_block * head_dim <= 256 * 16
+constexpr int kAttnMaxQueries = 64;   // query vectors per block (rows x heads of one KV group)
+constexpr int kAttnMaxHeadDim = 256;
+
+// Keys [begin, end) of split s over n_keys keys.
+LLM_HD void split_range(int32_t s, int32_t split_tokens, int32_t n_keys, int32_t* begin, int32_t* end) {
+  const int64_t b = int64_t(s) * split_tokens;
+  const int64_t e = b + split_tokens;
+  *begin = int32_t(b < n_keys ? b : n_keys);
+  *end = int32_t(e < n_keys ? e : n_keys);
+}
+
+// Query vector qi of a block (rows x group heads of one KV head kvh): its
+// row in the tile and its query head.
+LLM_HD void attn_query_of(int32_t qi, int32_t group, int32_t kvh, int32_t* row, int32_t* head) {
+  *row = qi / group;
+  *head = kvh * group + qi % group;
+}
+
+// Greedy comparison: a beats b if larger, lower id on ties; NaN counts as -inf.
+LLM_HD bool logit_better(float va, int32_t ia, float vb, int32_t ib) {
+  if (va != va) va = -INFINITY;
+  if (vb != vb) vb = -INFINITY;
+  return va > vb || (va == vb && ia < ib);
+}
+
+// Top-k runs in two stages: each of topk_slices(vocab) slices of a row
+// keeps its k best, then one block picks the k best of those candidates.
+// Both stages select by "best entry strictly worse than the previous pick"
+// under logit_better, a total order, so nothing needs marking.
+LLM_HD int64_t topk_slices(int64_t vocab) {
+  const int64_t s = (vocab + 4095) / 4096;
+  return s < 1 ? 1 : s > 64 ? 64 : s;
+}
+
+}  // namespace llm::cuda

@@ -1,0 +1,350 @@
+// The CUDA backend end to end on the shared test models: greedy generation
+// against the reference outputs, batching, graphs, fork/copy-on-write,
+// eviction against the CPU engine, snapshots, budget and error paths.
+// Labelled "cuda"; each test skips when no CUDA device is visible.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernel_math.h"
+#include "core/error.h"
+#include "engine/session.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "reference.h"
+
+namespace {
+
+using namespace llm;
+using llm::testing::model_path;
+
+class CudaBackend : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  }
+};
+
+std::unique_ptr<Model> load_model(const std::string& name) {
+  LoadOptions o;
+  o.n_threads = 2;
+  o.reference_math = true;
+  return Model::load(model_path(name), o);
+}
+
+std::unique_ptr<cuda::Backend> make_backend(const Model& m, llm_kv_type kv = LLM_KV_F32, bool graphs = true,
+                                            uint64_t budget = uint64_t(64) << 20, int32_t max_chunk = 512) {
+  cuda::BackendOptions o;
+  o.kv_type = kv;
+  o.use_graphs = graphs;
+  o.kv_budget_bytes = budget;
+  o.max_chunk = max_chunk;
+  o.max_batch = 8;
+  return cuda::Backend::create(m, o);
+}
+
+llm_status status_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.status();
+  }
+  return LLM_OK;
+}
+
+int32_t greedy(const std::vector<float>& l) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < int32_t(l.size()); ++i)
+    if (l[size_t(i)] > l[size_t(best)]) best = i;
+  return best;
+}
+
+float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float w = 0.f;
+  for (size_t i = 0; i < a.size(); ++i) w = std::max(w, std::fabs(a[i] - b[i]));
+  return w;
+}
+
+// Greedy run with llama2.c's conventions (stop on BOS), checking the logits
+// of the first steps and the device argmax against the host's.
+void check_reference(const std::string& model_file, const std::string& json, llm_kv_type kv, float tol,
+                     int32_t max_chunk = 512) {
+  auto model = load_model(model_file);
+  auto be = make_backend(*model, kv, true, uint64_t(64) << 20, max_chunk);
+  const int32_t vocab = model->config().vocab_size;
+  for (const auto& c : llm::testing::load_greedy_cases(json)) {
+    SCOPED_TRACE(model_file + " prompt '" + c.prompt + "'");
+    auto seq = be->new_sequence();
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    be->prefill(*seq, c.prompt_ids.data(), c.prompt_ids.size(), logits.data());
+    EXPECT_EQ(seq->length(), c.prompt_ids.size());
+    std::vector<int32_t> generated;
+    for (int i = 0; i < c.max_new_tokens; ++i) {
+      if (size_t(i) < c.logits_steps.size()) {
+        EXPECT_LE(max_diff(logits, c.logits_steps[size_t(i)].logits), tol) << "step " << i;
+      }
+      const int32_t tok = greedy(logits);
+      if (tok == 1) break;
+      generated.push_back(tok);
+      if (i + 1 == c.max_new_tokens) break;
+      int32_t dev_argmax = -1;
+      cuda::DecodeOutput out;
+      out.logits = logits.data();
+      out.argmax = &dev_argmax;
+      cuda::Sequence* s = seq.get();
+      be->decode(&s, &tok, 1, out);
+      ASSERT_EQ(dev_argmax, greedy(logits));
+    }
+    EXPECT_EQ(generated, c.generated_ids);
+  }
+}
+
+TEST_F(CudaBackend, Stories260KGreedyMatchesReference) {
+  check_reference("stories260K.gguf", "stories260K_greedy.json", LLM_KV_F32, 1e-3f);
+  check_reference("stories260K.gguf", "stories260K_greedy.json", LLM_KV_F16, 2e-2f);
+  check_reference("stories260K.gguf", "stories260K_greedy.json", LLM_KV_F32, 1e-3f, 7);  // prompts in chunks of 7
+}
+
+TEST_F(CudaBackend, QuantizedAndF16ModelsMatchReference) {
+  check_reference("stories260K-q8_0.gguf", "stories260K_q8_0_greedy.json", LLM_KV_F32, 1e-3f);
+  check_reference("stories260K-q4_0.gguf", "stories260K_q4_0_greedy.json", LLM_KV_F32, 1e-3f);
+  check_reference("llama-2-tiny-random.gguf", "llama-2-tiny-random_greedy.json", LLM_KV_F32, 1e-3f);
+}
+
+// Batched steps, with and without graphs, equal one-sequence steps.
+TEST_F(CudaBackend, BatchedDecodeAndGraphsMatchSingleSequenceSteps) {
+  auto model = load_model("stories260K.gguf");
+  const int32_t vocab = model->config().vocab_size;
+  auto batched = make_backend(*model, LLM_KV_F32, true);
+  auto single = make_backend(*model, LLM_KV_F32, false);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 403, 411}, {1, 9, 30, 41, 50, 61, 70}, {1, 2, 3, 4, 5}};
+  std::vector<std::unique_ptr<cuda::Sequence>> bs, ss;
+  std::vector<int32_t> next;
+  for (const auto& p : prompts) {
+    std::vector<float> l(static_cast<size_t>(vocab));
+    bs.push_back(batched->new_sequence());
+    batched->prefill(*bs.back(), p.data(), p.size(), l.data());
+    ss.push_back(single->new_sequence());
+    single->prefill(*ss.back(), p.data(), p.size(), nullptr);
+    next.push_back(greedy(l));
+  }
+  std::vector<cuda::Sequence*> ptrs;
+  for (auto& s : bs) ptrs.push_back(s.get());
+  for (int step = 0; step < 40; ++step) {
+    std::vector<float> lb(size_t(3 * vocab));
+    cuda::DecodeOutput ob;
+    ob.logits = lb.data();
+    batched->decode(ptrs.data(), next.data(), 3, ob);
+    for (size_t i = 0; i < 3; ++i) {
+      std::vector<float> li(static_cast<size_t>(vocab));
+      cuda::DecodeOutput oi;
+      oi.logits = li.data();
+      cuda::Sequence* s = ss[i].get();
+      single->decode(&s, &next[i], 1, oi);
+      const std::vector<float> row(lb.begin() + std::ptrdiff_t(i * size_t(vocab)), lb.begin() + std::ptrdiff_t((i + 1) * size_t(vocab)));
+      ASSERT_LE(max_diff(row, li), 1e-4f) << "step " << step << " sequence " << i;
+      next[i] = greedy(row);
+    }
+  }
+  EXPECT_GE(batched->memory().graphs_ready, 1u);  // 40 steps of one shape: captured and replayed
+  EXPECT_EQ(single->memory().graphs_ready, 0u);
+}
+
+TEST_F(CudaBackend, ForkSharesPagesAndCopiesOnWrite) {
+  auto model = load_model("stories260K.gguf");
+  const int32_t vocab = model->config().vocab_size;
+  auto be = make_backend(*model);
+  std::vector<int32_t> prompt(20);
+  std::iota(prompt.begin(), prompt.end(), 5);
+  auto a = be->new_sequence();
+  be->prefill(*a, prompt.data(), prompt.size(), nullptr);
+  EXPECT_EQ(a->n_pages(), 2u);
+  auto b = be->fork(*a);
+  EXPECT_EQ(be->memory().kv_pages_in_use, 2);  // shared, not copied
+  std::vector<float> la(static_cast<size_t>(vocab)), lb(static_cast<size_t>(vocab)), lc(static_cast<size_t>(vocab));
+  int32_t ta = 100, tb = 200;
+  cuda::DecodeOutput o;
+  cuda::Sequence* s = a.get();
+  o.logits = la.data();
+  be->decode(&s, &ta, 1, o);  // writes shared page 1: A gets a private copy
+  EXPECT_EQ(be->memory().kv_pages_in_use, 3);
+  s = b.get();
+  o.logits = lb.data();
+  be->decode(&s, &tb, 1, o);  // page 1 is B's alone now: no copy
+  EXPECT_EQ(be->memory().kv_pages_in_use, 3);
+  // B equals a sequence that never shared anything.
+  auto c = be->new_sequence();
+  std::vector<int32_t> pc = prompt;
+  pc.push_back(tb);
+  be->prefill(*c, pc.data(), pc.size(), lc.data());
+  EXPECT_LE(max_diff(lb, lc), 1e-4f);
+  EXPECT_GT(max_diff(la, lb), 1e-3f);  // A's write did not leak into B
+}
+
+// Eviction on the device equals the CPU engine's (rows re-rotated in place).
+TEST_F(CudaBackend, EvictionMatchesCpuSession) {
+  auto model = load_model("stories260K.gguf");
+  const ModelConfig& cfg = model->config();
+  auto be = make_backend(*model);
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 500);
+  SessionOptions so;
+  so.kv_type = LLM_KV_F32;
+  Session cpu(*model, so);
+  cpu.prefill(prompt.data(), prompt.size());
+  (void)cpu.logits();
+  auto seq = be->new_sequence();
+  be->prefill(*seq, prompt.data(), prompt.size(), nullptr);
+  cpu.evict(4, 10);
+  be->evict(*seq, 4, 10);
+  ASSERT_EQ(seq->length(), cpu.n_cached());
+  std::vector<float> a(size_t(cfg.head_dim)), b(size_t(cfg.head_dim));
+  for (uint32_t slot = 0; slot < seq->length(); ++slot)
+    for (int32_t l = 0; l < cfg.n_layers; ++l)
+      for (int kv = 0; kv < 2; ++kv)
+        for (int32_t h = 0; h < cfg.n_kv_heads; ++h) {
+          be->kv_row(*seq, l, kv, h, slot, a.data());
+          cpu.kv_row(l, kv, h, slot, b.data());
+          for (int32_t d = 0; d < cfg.head_dim; ++d)
+            ASSERT_NEAR(a[size_t(d)], b[size_t(d)], 1e-4 * (1 + std::fabs(b[size_t(d)]))) << "slot " << slot;
+        }
+  // Both continue identically.
+  const int32_t tok = 77;
+  std::vector<float> lg(size_t(cfg.vocab_size));
+  cuda::DecodeOutput o;
+  o.logits = lg.data();
+  cuda::Sequence* s = seq.get();
+  be->decode(&s, &tok, 1, o);
+  cpu.prefill(&tok, 1);
+  const float* lc = cpu.logits();
+  EXPECT_LE(max_diff(lg, std::vector<float>(lc, lc + cfg.vocab_size)), 1e-3f);
+}
+
+TEST_F(CudaBackend, PagesRoundTripAndUseTheHostLayout) {
+  auto model = load_model("stories260K.gguf");
+  const ModelConfig& cfg = model->config();
+  auto be = make_backend(*model);
+  std::vector<int32_t> prompt(23);
+  std::iota(prompt.begin(), prompt.end(), 40);
+  auto a = be->new_sequence();
+  be->prefill(*a, prompt.data(), prompt.size(), nullptr);
+  std::vector<uint8_t> bytes(a->n_pages() * be->page_bytes());
+  be->read_pages(*a, bytes.data());
+  // The bytes are host kv pages: load_row gives what kv_row gives.
+  kv::Geometry g;
+  g.n_layers = cfg.n_layers;
+  g.n_kv_heads = cfg.n_kv_heads;
+  g.head_dim = cfg.head_dim;
+  g.page_tokens = 16;
+  ASSERT_EQ(be->page_bytes(), kv::page_bytes(g, be->kv_type()));
+  std::vector<float> x(size_t(cfg.head_dim)), y(size_t(cfg.head_dim));
+  for (uint32_t slot = 0; slot < a->length(); slot += 5) {
+    kv::Page p;
+    p.data = bytes.data() + (slot / 16) * be->page_bytes();
+    p.type = be->kv_type();
+    kv::load_row(g, &p, 2, 0, 1, int32_t(slot % 16), x.data());
+    be->kv_row(*a, 2, 0, 1, slot, y.data());
+    EXPECT_EQ(x, y);
+  }
+  auto b = be->new_sequence();
+  be->write_pages(*b, bytes.data(), a->n_pages(), a->length());
+  std::vector<float> la(size_t(cfg.vocab_size)), lb(size_t(cfg.vocab_size));
+  const int32_t tok = 9;
+  cuda::DecodeOutput o;
+  cuda::Sequence* s = a.get();
+  o.logits = la.data();
+  be->decode(&s, &tok, 1, o);
+  s = b.get();
+  o.logits = lb.data();
+  be->decode(&s, &tok, 1, o);
+  EXPECT_EQ(la, lb);
+}
+
+TEST_F(CudaBackend, BudgetCancelAndBadArgumentsLeaveSequencesUnchanged) {
+  auto model = load_model("stories260K.gguf");
+  const ModelConfig& cfg = model->config();
+  kv::Geometry g;
+  g.n_layers = cfg.n_layers;
+  g.n_kv_heads = cfg.n_kv_heads;
+  g.head_dim = cfg.head_dim;
+  g.page_tokens = 16;
+  auto be = make_backend(*model, LLM_KV_F32, true, 3 * kv::page_bytes(g, LLM_KV_F32));
+  std::vector<int32_t> prompt(40, 7);
+  auto seq = be->new_sequence();
+  be->prefill(*seq, prompt.data(), prompt.size(), nullptr);
+  EXPECT_EQ(be->memory().kv_pages_in_use, 3);
+  EXPECT_EQ(status_of([&] { be->prefill(*seq, prompt.data(), 20, nullptr); }), LLM_ERR_CONTEXT_FULL);
+  EXPECT_EQ(seq->length(), 40u);
+  EXPECT_EQ(seq->n_pages(), 3u);
+  auto other = be->new_sequence();
+  EXPECT_EQ(status_of([&] { be->prefill(*other, prompt.data(), 1, nullptr); }), LLM_ERR_CONTEXT_FULL);
+  EXPECT_EQ(other->length(), 0u);
+  // Cancelled prefill: nothing appended.
+  int calls = 0;
+  EXPECT_EQ(status_of([&] { be->prefill(*seq, prompt.data(), 5, nullptr, [&] { return ++calls > 2; }); }),
+            LLM_ERR_CANCELLED);
+  EXPECT_EQ(seq->length(), 40u);
+  // Bad arguments.
+  const int32_t bad = cfg.vocab_size;
+  EXPECT_EQ(status_of([&] { be->prefill(*seq, &bad, 1, nullptr); }), LLM_ERR_INVALID_ARGUMENT);
+  cuda::Sequence* twice[2] = {seq.get(), seq.get()};
+  const int32_t toks[2] = {1, 2};
+  EXPECT_EQ(status_of([&] { be->decode(twice, toks, 2, cuda::DecodeOutput{}); }), LLM_ERR_INVALID_ARGUMENT);
+  auto be2 = make_backend(*model);
+  EXPECT_EQ(status_of([&] { be2->truncate(*seq, 1); }), LLM_ERR_INVALID_ARGUMENT);  // foreign sequence
+  EXPECT_EQ(status_of([&] { be->evict(*seq, 30, 20); }), LLM_ERR_INVALID_ARGUMENT);
+  // Still usable: room for 8 more tokens in the third page.
+  std::vector<float> l(size_t(cfg.vocab_size));
+  cuda::DecodeOutput o;
+  o.logits = l.data();
+  cuda::Sequence* s = seq.get();
+  const int32_t tok = 3;
+  be->decode(&s, &tok, 1, o);
+  EXPECT_EQ(seq->length(), 41u);
+}
+
+TEST_F(CudaBackend, TruncateAndTopK) {
+  auto model = load_model("stories260K.gguf");
+  const int32_t vocab = model->config().vocab_size;
+  auto be = make_backend(*model);
+  std::vector<int32_t> prompt(30);
+  std::iota(prompt.begin(), prompt.end(), 100);
+  auto a = be->new_sequence(), b = be->new_sequence();
+  be->prefill(*a, prompt.data(), 30, nullptr);
+  be->truncate(*a, 20);
+  EXPECT_EQ(a->n_pages(), 2u);
+  be->prefill(*b, prompt.data(), 20, nullptr);
+  const int32_t tok = 5;
+  std::vector<float> la(static_cast<size_t>(vocab)), lb(static_cast<size_t>(vocab)), tv(40);
+  std::vector<int32_t> ti(40);
+  cuda::DecodeOutput o;
+  o.logits = la.data();
+  o.top_k = 40;
+  o.topk_logits = tv.data();
+  o.topk_ids = ti.data();
+  cuda::Sequence* s = a.get();
+  be->decode(&s, &tok, 1, o);
+  cuda::DecodeOutput ob;
+  ob.logits = lb.data();
+  s = b.get();
+  be->decode(&s, &tok, 1, ob);
+  EXPECT_LE(max_diff(la, lb), 1e-5f);
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + 40, order.end(), [&](int32_t x, int32_t y) {
+    return la[size_t(x)] > la[size_t(y)] || (la[size_t(x)] == la[size_t(y)] && x < y);
+  });
+  for (int i = 0; i < 40; ++i) {
+    EXPECT_EQ(ti[size_t(i)], order[size_t(i)]);
+    EXPECT_EQ(tv[size_t(i)], la[size_t(order[size_t(i)])]);
+  }
+}
+
+}  // namespace
