@@ -14,7 +14,7 @@ using llm::api::model_of;
 using llm::api::session_of;
 
 namespace llm::api {
-const char* last_error();
+const char* last_error() noexcept;
 }
 
 // ---------------------------------------------------------------- version / status
@@ -72,7 +72,7 @@ extern "C" LLM_API llm_status llm_load(const char* path, const llm_load_params* 
   LLM_CHECK((p.flags & ~(LLM_LOAD_VOCAB_ONLY | LLM_LOAD_REFERENCE_MATH)) == 0, LLM_ERR_INVALID_ARGUMENT,
             "unknown load flags 0x%x", p.flags);
   LLM_CHECK(p.kv_page_tokens <= 4096, LLM_ERR_INVALID_ARGUMENT, "kv_page_tokens %u out of range", p.kv_page_tokens);
-  if (p.device == LLM_DEVICE_CUDA) llm::cuda::require_device();  // throws DEVICE / UNSUPPORTED
+  if (p.device == LLM_DEVICE_CUDA) llm::cuda::check_device();  // fails fast: DEVICE / UNSUPPORTED
 
   llm::LoadOptions o;
   o.device = p.device;
@@ -96,7 +96,9 @@ extern "C" LLM_API llm_status llm_load(const char* path, const llm_load_params* 
 }
 
 extern "C" LLM_API void llm_model_free(llm_model* model) {
-  if (!model || !llm::api::is_live(model)) return;
+  // A live handle of the other kind (a session passed as a model) is not
+  // freed: both kinds share the registry, the magic tells them apart.
+  if (!model || !llm::api::is_live(model) || model->magic != llm::api::kModelMagic) return;
   llm::api::unregister_handle(model);
   model->magic = 0;
   delete model;  // sessions still alive keep the Model itself alive
@@ -314,7 +316,7 @@ extern "C" LLM_API llm_status llm_session_create(llm_model* model, const llm_ses
 }
 
 extern "C" LLM_API void llm_session_free(llm_session* session) {
-  if (!session || !llm::api::is_live(session)) return;
+  if (!session || !llm::api::is_live(session) || session->magic != llm::api::kSessionMagic) return;
   llm::api::unregister_handle(session);
   session->magic = 0;
   delete session;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
@@ -12,6 +13,12 @@ namespace llm {
 
 // Prompts longer than this run in chunks, bounding scratch memory.
 static constexpr int64_t kMaxChunk = 512;
+
+// Makes sure v can take `more` elements without reallocating (geometric growth).
+template <typename T>
+static void reserve_room(std::vector<T>& v, size_t more) {
+  if (v.capacity() - v.size() < more) v.reserve(std::max(v.size() + more, 2 * v.size()));
+}
 
 Session::Session(const Model& model, const SessionOptions& opts)
     : model_(model), opts_(opts), pool_(model.kv_pool()) {
@@ -23,13 +30,14 @@ Session::Session(const Model& model, const SessionOptions& opts)
   capacity_ = opts.max_tokens ? opts.max_tokens : ctx;
   if (opts.window) {
     const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
-    LLM_CHECK(opts.n_sink + pt < opts.window, LLM_ERR_INVALID_ARGUMENT,
+    LLM_CHECK(uint64_t(opts.n_sink) + pt < opts.window, LLM_ERR_INVALID_ARGUMENT,
               "window %u must exceed n_sink %u by more than one page (%u tokens)", opts.window, opts.n_sink, pt);
     LLM_CHECK(opts.window <= capacity_ || opts.max_tokens == 0, LLM_ERR_INVALID_ARGUMENT,
               "window %u exceeds max_tokens %u", opts.window, opts.max_tokens);
     capacity_ = opts.window;  // positions never exceed the window
   }
   logits_.resize(size_t(model.config().vocab_size));
+  if (model.cuda() && model.cuda()->kv_type() == opts.kv_type) seq_ = model.cuda()->new_sequence();
 }
 
 Session::~Session() {
@@ -39,6 +47,7 @@ Session::~Session() {
 void Session::reset() {
   for (kv::Page* p : pages_) pool_.release(p);
   pages_.clear();
+  if (seq_) seq_ = model_.cuda()->new_sequence();
   tokens_.clear();
   n_cached_ = 0;
   pending_ = logits_valid_ = sampled_since_prefill_ = false;
@@ -86,6 +95,7 @@ void Session::kv_row(int32_t layer, int kv, int32_t head, uint32_t slot, float* 
   const kv::Geometry& g = pool_.geometry();
   LLM_CHECK(slot < n_cached_ && layer >= 0 && layer < g.n_layers && head >= 0 && head < g.n_kv_heads,
             LLM_ERR_INVALID_ARGUMENT, "kv_row out of range");
+  if (gpu()) return gpu()->kv_row(*seq_, layer, kv, head, slot, out);
   kv::load_row(g, pages_[slot / uint32_t(g.page_tokens)], layer, kv, head, int32_t(slot % uint32_t(g.page_tokens)), out);
 }
 
@@ -121,15 +131,49 @@ void Session::make_room(size_t m) {
   evict(opts_.n_sink, uint32_t(drop));
 }
 
-void Session::forward(const int32_t* toks, size_t n, bool allow_cancel) {
+void Session::forward(const int32_t* toks, size_t n, bool allow_cancel, size_t n_new) {
+  // A long input runs in several chunks, each appended to the cache when it
+  // completes. If a later one fails (cancel, pool full, out of memory), the
+  // earlier ones are undone so that the call appends nothing, unless a
+  // sliding window evicted rows to make room: those cannot come back, so the
+  // completed chunks stay (cache and tokens_ agree either way).
+  const size_t old_part = n - n_new;  // leading tokens already in tokens_ (a pending one)
+  const uint32_t cached0 = n_cached_, evicted0 = n_evicted_;
+  const size_t tokens0 = tokens_.size();
+  const bool logits_valid0 = logits_valid_;
+  std::vector<float> logits0;
+  const bool multi = n > size_t(kMaxChunk) || opts_.window;
+  if (multi) logits0 = logits_;
   size_t done = 0;
-  while (done < n) {
-    // With a window, each chunk must fit after eviction.
-    size_t chunk = std::min<size_t>(n - done, size_t(kMaxChunk));
-    if (opts_.window) chunk = std::min<size_t>(chunk, capacity_ - opts_.n_sink - uint32_t(pool_.geometry().page_tokens));
-    make_room(chunk);
-    forward_chunk(toks + done, int64_t(chunk), allow_cancel);
-    done += chunk;
+  try {
+    while (done < n) {
+      // With a window, each chunk must fit after eviction.
+      size_t chunk = std::min<size_t>(n - done, size_t(kMaxChunk));
+      if (opts_.window)
+        chunk = std::min<size_t>(chunk, capacity_ - opts_.n_sink - uint32_t(pool_.geometry().page_tokens));
+      make_room(chunk);
+      forward_chunk(toks + done, int64_t(chunk), allow_cancel);
+      const size_t new_from = std::max(done, old_part), new_to = done + chunk;
+      if (new_to > new_from) tokens_.insert(tokens_.end(), toks + new_from, toks + new_to);  // room reserved
+      done += chunk;
+    }
+  } catch (...) {
+    if (n_evicted_ == evicted0) {
+      if (n_cached_ != cached0) {
+        n_cached_ = cached0;
+        if (multi) {
+          logits_.swap(logits0);
+          logits_valid_ = logits_valid0;
+        } else {
+          logits_valid_ = false;
+        }
+      }
+      tokens_.resize(tokens0);
+    } else if (old_part > 0 && done > 0) {
+      pending_ = false;  // the pending token went into the cache with the first chunk
+    }
+    shrink_pages();  // pages reserved for the failed chunk go back
+    throw;
   }
 }
 
@@ -142,6 +186,21 @@ void Session::forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel) {
   const int64_t kv_dim = int64_t(c.n_kv_heads) * hd;
   const uint32_t p0 = n_cached_;
   LLM_CHECK(size_t(p0) + size_t(n) <= capacity_, LLM_ERR_CONTEXT_FULL, "context full");
+  if (gpu()) {
+    if (n == 1 && !allow_cancel) {  // a decode step: the batched, graph-captured path
+      cuda::DecodeOutput out;
+      out.logits = logits_.data();
+      cuda::Sequence* seq = seq_.get();
+      gpu()->decode(&seq, toks, 1, out);
+    } else {
+      std::function<bool()> cancel;
+      if (allow_cancel && opts_.cancel) cancel = [this] { return opts_.cancel(opts_.cancel_user) != 0; };
+      gpu()->prefill(*seq_, toks, size_t(n), logits_.data(), cancel);
+    }
+    n_cached_ = seq_->length();
+    logits_valid_ = true;
+    return;
+  }
 
   ensure_scratch(n);
   const size_t pages_before = pages_.size();
@@ -225,8 +284,8 @@ void Session::prefill(const int32_t* toks, size_t n) {
   if (batch.empty()) return;
   if (!opts_.window && size_t(n_cached_) + batch.size() > capacity_)
     fail(LLM_ERR_CONTEXT_FULL, "context full: %u cached + %zu new tokens > %u", n_cached_, batch.size(), capacity_);
-  forward(batch.data(), batch.size(), true);
-  tokens_.insert(tokens_.end(), toks, toks + n);
+  reserve_room(tokens_, n);  // forward() appends without reallocating
+  forward(batch.data(), batch.size(), true, n);
   pending_ = false;
   sampled_since_prefill_ = false;
   n_prompt_ += uint32_t(n);
@@ -249,6 +308,7 @@ void Session::ensure_logits() {
       return;
     }
     --n_cached_;
+    if (gpu()) gpu()->truncate(*seq_, n_cached_);
     try {
       forward(&tokens_.back(), 1, false);
     } catch (...) {
@@ -266,6 +326,9 @@ const float* Session::logits() {
 int32_t Session::decode_step(const llm_sampling* user) {
   const auto t0 = Clock::now();
   const llm_sampling s = sampling_from_user(user);
+  // Allocate before anything changes: the bookkeeping after sampling cannot fail.
+  reserve_room(tokens_, 1);
+  reserve_room(itl_ms_, 1);
   ensure_logits();
   if (!rng_seeded_ || rng_seed_ != s.seed) {
     rng_.reseed(s.seed);
@@ -294,6 +357,11 @@ int32_t Session::decode_step(const llm_sampling* user) {
 // positions, so the cache equals one computed at the new positions.
 void Session::evict_cached(uint32_t n_keep, uint32_t n_discard) {
   if (n_discard == 0) return;
+  if (gpu()) {
+    gpu()->evict(*seq_, n_keep, n_discard);
+    n_cached_ -= n_discard;
+    return;
+  }
   const kv::Geometry& g = pool_.geometry();
   const uint32_t pt = uint32_t(g.page_tokens);
   const uint32_t first_moved = n_keep + n_discard;
@@ -348,6 +416,10 @@ void Session::stats(llm_session_stats_t* out) const {
   s.n_generated = n_generated_;
   s.kv_pages = uint32_t(pages_.size());
   for (const kv::Page* p : pages_) s.kv_bytes += pool_.page_bytes(p->type);
+  if (gpu()) {
+    s.kv_pages = uint32_t(seq_->n_pages());
+    s.kv_bytes = uint64_t(seq_->n_pages()) * gpu()->page_bytes();
+  }
   s.ttft_ms = ttft_ms_;
   if (!itl_ms_.empty()) {
     // Linear-time order statistics: stats may be polled after every token.
@@ -377,6 +449,7 @@ std::unique_ptr<Session> Session::fork() const {
   std::unique_ptr<Session> f(new Session(model_, opts_));
   for (kv::Page* p : pages_) kv::PagePool::retain(p);
   f->pages_ = pages_;
+  if (gpu()) f->seq_ = gpu()->fork(*seq_);
   f->tokens_ = tokens_;
   f->n_cached_ = n_cached_;
   f->pending_ = pending_;
@@ -458,14 +531,41 @@ void Session::save(std::vector<uint8_t>& out) const {
   const uint32_t header[kSnapHeaderWords] = {uint32_t(g.n_layers), uint32_t(g.n_kv_heads), uint32_t(g.head_dim),
                                              uint32_t(g.page_tokens), uint32_t(c.vocab_size), uint32_t(c.dim),
                                              opts_.max_tokens, opts_.window, opts_.n_sink, uint32_t(opts_.kv_type),
-                                             flags, uint32_t(tokens_.size()), n_cached_, uint32_t(pages_.size())};
+                                             flags, uint32_t(tokens_.size()), n_cached_,
+                                             uint32_t(gpu() ? seq_->n_pages() : pages_.size())};
   for (uint32_t v : header) w.put(v);
   w.put(rng_.state());
   w.put(rng_.inc());
   w.put(rng_seed_);
   w.put_bytes(tokens_.data(), tokens_.size() * sizeof(int32_t));
   if (logits_valid_) w.put_bytes(logits_.data(), logits_.size() * sizeof(float));
-  for (const kv::Page* p : pages_) w.put_bytes(p->data, pool_.page_bytes(p->type));
+  // Slots past the sequence in the last page hold stale bytes (a recycled
+  // page once used by another session, rows of a cancelled pass): they are
+  // written as zeros, so a snapshot holds nothing but this session's state.
+  if (gpu()) {  // device pages are byte-identical to host pages
+    const size_t at = out.size();
+    out.resize(at + seq_->n_pages() * gpu()->page_bytes());
+    gpu()->read_pages(*seq_, out.data() + at);
+  }
+  const uint32_t pt = uint32_t(g.page_tokens), used = n_cached_ % pt;
+  for (size_t i = 0; i < pages_.size(); ++i) {
+    const kv::Page* p = pages_[i];
+    const size_t pb = pool_.page_bytes(p->type);
+    const size_t at = out.size();
+    w.put_bytes(p->data, pb);
+    if (i + 1 < pages_.size() || used == 0) continue;
+    kv::Page view;  // the copy just written, addressed like a page
+    view.data = out.data() + at;
+    view.type = p->type;
+    const size_t rb = kv::row_bytes(p->type, g.head_dim);
+    for (int32_t l = 0; l < g.n_layers; ++l)
+      for (int kv = 0; kv < 2; ++kv)
+        for (int32_t h = 0; h < g.n_kv_heads; ++h)
+          for (uint32_t slot = used; slot < pt; ++slot) {
+            std::memset(kv::row_ptr(g, &view, l, kv, h, int32_t(slot)), 0, rb);
+            if (kv::has_scales(p->type)) *kv::scale_ptr(g, &view, l, kv, h, int32_t(slot)) = 0.0f;
+          }
+  }
   w.put(uint64_t(XXH3_64bits(out.data(), out.size())));
 }
 
@@ -504,8 +604,9 @@ std::unique_ptr<Session> Session::restore(const Model& model, const uint8_t* dat
   s->rng_.set_state(st, inc);
   s->rng_seed_ = r.get<uint64_t>();
   s->rng_seeded_ = flags & 8u;
+  const uint8_t* token_bytes = r.take(size_t(n_tokens) * 4);  // bounds-checked before allocating
   s->tokens_.resize(n_tokens);
-  std::memcpy(s->tokens_.data(), r.take(size_t(n_tokens) * 4), size_t(n_tokens) * 4);
+  if (n_tokens) std::memcpy(s->tokens_.data(), token_bytes, size_t(n_tokens) * 4);
   for (int32_t t : s->tokens_)
     LLM_CHECK(t >= 0 && t < c.vocab_size, LLM_ERR_FORMAT, "session snapshot holds token id %d", t);
   s->logits_valid_ = flags & 2u;
@@ -513,9 +614,13 @@ std::unique_ptr<Session> Session::restore(const Model& model, const uint8_t* dat
   const size_t pb = s->pool_.page_bytes(o.kv_type);
   LLM_CHECK(r.n - r.off == uint64_t(n_pages) * pb, LLM_ERR_FORMAT, "session snapshot has %zu bytes of KV, expected %llu",
             r.n - r.off, (unsigned long long)(uint64_t(n_pages) * pb));
-  LLM_CHECK(s->pool_.acquire(o.kv_type, n_pages, s->pages_), LLM_ERR_CONTEXT_FULL,
-            "KV page pool is full: cannot restore %u pages", n_pages);
-  for (kv::Page* p : s->pages_) std::memcpy(p->data, r.take(pb), pb);
+  if (s->gpu()) {
+    s->gpu()->write_pages(*s->seq_, r.take(size_t(n_pages) * pb), n_pages, n_cached);
+  } else {
+    LLM_CHECK(s->pool_.acquire(o.kv_type, n_pages, s->pages_), LLM_ERR_CONTEXT_FULL,
+              "KV page pool is full: cannot restore %u pages", n_pages);
+    for (kv::Page* p : s->pages_) std::memcpy(p->data, r.take(pb), pb);
+  }
   s->n_cached_ = n_cached;
   s->pending_ = pending;
   s->sampled_since_prefill_ = flags & 4u;

@@ -63,8 +63,12 @@ class Session {
  private:
   // Runs the forward pass of toks[0..n) at positions n_cached_.. and, on
   // success, appends them to the cache. Logits of the last row go to logits_.
-  // On failure the cache holds what it held before.
-  void forward(const int32_t* toks, size_t n, bool allow_cancel);
+  // The last n_new tokens are new to the sequence: they are appended to
+  // tokens_ chunk by chunk, as the cache takes them, so that a sliding
+  // window's eviction between chunks sees both in step (the caller reserves
+  // the room). On failure the cache and tokens_ hold what they held before,
+  // except what a sliding window had to evict (then the completed chunks stay).
+  void forward(const int32_t* toks, size_t n, bool allow_cancel, size_t n_new = 0);
   void forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel);
   // Makes room for m more tokens: window eviction or CONTEXT_FULL.
   void make_room(size_t m);
@@ -76,8 +80,13 @@ class Session {
   void ensure_logits();
   void ensure_scratch(int64_t n);
 
+  // On a CUDA model (and a kv_type the device holds) the cache lives on the
+  // device: seq_ replaces pages_, and n_cached_ == seq_->length().
+  cuda::Backend* gpu() const { return seq_ ? model_.cuda() : nullptr; }
+
   const Model& model_;
   SessionOptions opts_;
+  std::unique_ptr<cuda::Sequence> seq_;
   uint32_t capacity_ = 0;  // max tokens held in the cache
   kv::PagePool& pool_;
   std::vector<kv::Page*> pages_;

@@ -154,6 +154,21 @@ void Model::build(const LoadOptions& opts) {
   compute_key_channel_scales();
   g.key_channel_scale = key_channel_scale_.data();
   kv_pool_ = std::make_unique<kv::PagePool>(g, opts.kv_budget_bytes ? opts.kv_budget_bytes : default_kv_budget_bytes());
+
+  // Device: CUDA on request (errors propagate), or under AUTO when a device
+  // exists (a failure there logs a warning and stays on the CPU).
+  if (opts.device == LLM_DEVICE_CUDA || (opts.device == LLM_DEVICE_AUTO && cuda::device_count(nullptr) > 0)) {
+    cuda::BackendOptions bo;
+    bo.kv_budget_bytes = opts.kv_budget_bytes;
+    bo.page_tokens = g.page_tokens;
+    bo.log = log_;
+    try {
+      cuda_ = cuda::Backend::create(*this, bo);
+    } catch (const Error& e) {
+      if (opts.device == LLM_DEVICE_CUDA) throw;
+      log_.log(LLM_LOG_WARN, "CUDA backend unavailable, running on the CPU: %s", e.what());
+    }
+  }
 }
 
 // Data-free key smoothing for quantized KV: channel c of a key is

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cuda/cuda_backend.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -52,7 +53,11 @@ class Model {
   const ModelConfig& config() const { return src_.config; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   bool vocab_only() const { return vocab_only_; }
-  llm_device device() const { return LLM_DEVICE_CPU; }
+  llm_device device() const { return cuda_ ? LLM_DEVICE_CUDA : LLM_DEVICE_CPU; }
+  // The CUDA backend when the model runs on a GPU (else nullptr). Sessions
+  // whose kv_type the device cache holds (cuda()->kv_type()) run on it; the
+  // others use the CPU path with the same host weights.
+  cuda::Backend* cuda() const { return cuda_.get(); }
   ThreadPool* pool() const { return pool_.get(); }
   kv::PagePool& kv_pool() const { return *kv_pool_; }
   const Logger& log() const { return log_; }
@@ -89,6 +94,7 @@ class Model {
   std::vector<float> key_channel_scale_;  // [n_layers][n_kv_heads][head_dim], see kv::Geometry
   uint64_t n_params_ = 0, weight_bytes_ = 0;
   DType weight_type_ = DType::F32;
+  std::unique_ptr<cuda::Backend> cuda_;  // declared last: destroyed first
 };
 
 // Default KV budget on the CPU: a quarter of physical memory, at most 8 GiB.

@@ -189,7 +189,9 @@ uint64_t default_budget(uint64_t page_bytes) {
     return 0;
   }
   const uint64_t margin = uint64_t(256) << 20;  // cuBLASLt, graphs, driver
-  const uint64_t b = uint64_t(double(free_b) * 0.9);
+  // Half of what is free after the weights: the GPU is shared with the host
+  // app (a game's renderer, say), so the library never takes "90%".
+  const uint64_t b = uint64_t(double(free_b) * 0.5);
   return b > margin + page_bytes ? b - margin : 0;
 }
 

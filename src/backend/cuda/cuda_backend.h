@@ -41,7 +41,7 @@ void require_device();
 
 struct BackendOptions {
   int device = 0;                    // CUDA device ordinal
-  uint64_t kv_budget_bytes = 0;      // hard cap of the device KV pages; 0 = 90% of free memory after weights
+  uint64_t kv_budget_bytes = 0;      // hard cap of the device KV pages; 0 = half of the memory free after the weights
   int32_t page_tokens = 16;          // tokens per KV page (same page layout as kv/kv_cache.h)
   llm_kv_type kv_type = LLM_KV_F16;  // LLM_KV_F16 or LLM_KV_F32 on the device
   int32_t max_batch = 32;            // most sequences in one decode() call
