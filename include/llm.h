@@ -298,6 +298,17 @@ LLM_API void llm_sampling_init(llm_sampling *sampling);
  * Since 0.1. */
 LLM_API llm_status llm_decode_step(llm_session *session, const llm_sampling *sampling, llm_token *out_token);
 
+/* llm_decode_step on each of n distinct sessions of the same model, in
+ * order; out_tokens[i] receives session i's token. On a CUDA model the
+ * pending tokens of the sessions run as one batched pass, so N sessions
+ * share one read of the weights (on the CPU the sessions run one after the
+ * other). Stops at the first failure and returns its status: sessions
+ * before it have advanced, the failing one and those after it are
+ * unchanged (their out_tokens are -1). The calling thread must own every
+ * session. Since 0.1. */
+LLM_API llm_status llm_decode_batch(llm_session *const *sessions, size_t n, const llm_sampling *sampling,
+                                    llm_token *out_tokens);
+
 /* Removes cached tokens [n_keep, n_keep + n_discard). Later tokens move
  * down; their keys are re-rotated to their new positions. A pending token
  * counts as part of the sequence (it is at the end). Returns LLM_OK or

@@ -377,6 +377,28 @@ extern "C" LLM_API llm_status llm_decode_step(llm_session* session, const llm_sa
   LLM_API_END
 }
 
+extern "C" LLM_API llm_status llm_decode_batch(llm_session* const* sessions, size_t n, const llm_sampling* sampling,
+                                               llm_token* out_tokens) {
+  LLM_API_BEGIN
+  LLM_CHECK_ARG(sessions != nullptr || n == 0);
+  LLM_CHECK_ARG(out_tokens != nullptr || n == 0);
+  LLM_CHECK(n <= 4096, LLM_ERR_INVALID_ARGUMENT, "n %zu sessions is absurd", n);
+  LLM_CHECK(!sampling || sampling->struct_size >= sizeof(uint32_t), LLM_ERR_INVALID_ARGUMENT,
+            "sampling->struct_size is 0: initialise it with llm_sampling_init");
+  for (size_t i = 0; i < n; ++i) out_tokens[i] = -1;
+  std::vector<llm::Session*> ss(n);
+  for (size_t i = 0; i < n; ++i) {
+    ss[i] = &session_of(sessions[i]);
+    LLM_CHECK(sessions[i]->model == sessions[0]->model, LLM_ERR_INVALID_ARGUMENT,
+              "session %zu belongs to another model", i);
+    for (size_t j = 0; j < i; ++j)
+      LLM_CHECK(sessions[j] != sessions[i], LLM_ERR_INVALID_ARGUMENT, "session %zu appears twice", i);
+  }
+  llm::Session::decode_batch(ss.data(), n, sampling, out_tokens);
+  return LLM_OK;
+  LLM_API_END
+}
+
 extern "C" LLM_API llm_status llm_kv_evict(llm_session* session, uint32_t n_keep, uint32_t n_discard) {
   LLM_API_BEGIN
   session_of(session).evict(n_keep, n_discard);

@@ -20,9 +20,14 @@ static void reserve_room(std::vector<T>& v, size_t more) {
   if (v.capacity() - v.size() < more) v.reserve(std::max(v.size() + more, 2 * v.size()));
 }
 
-Session::Session(const Model& model, const SessionOptions& opts)
-    : model_(model), opts_(opts), pool_(model.kv_pool()) {
+// A vocab-only model has no page pool: refuse before binding a reference to it.
+static kv::PagePool& pool_of(const Model& model) {
   LLM_CHECK(!model.vocab_only(), LLM_ERR_UNSUPPORTED, "the model was loaded vocab-only; sessions need weights");
+  return model.kv_pool();
+}
+
+Session::Session(const Model& model, const SessionOptions& opts)
+    : model_(model), opts_(opts), pool_(pool_of(model)) {
   LLM_CHECK(opts.kv_type == LLM_KV_F16 || opts.kv_type == LLM_KV_F32 || opts.kv_type == LLM_KV_INT8 ||
                 opts.kv_type == LLM_KV_INT4,
             LLM_ERR_INVALID_ARGUMENT, "unknown kv_type %d", int(opts.kv_type));
@@ -352,6 +357,42 @@ int32_t Session::decode_step(const llm_sampling* user) {
   return tok;
 }
 
+void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* sampling, int32_t* out) {
+  if (n == 0) return;
+  cuda::Backend* gpu = ss[0]->model_.cuda();
+  if (gpu && n > 1) {
+    // Pending tokens that need no window eviction share one pass over the
+    // weights (a GEMM with one row per session); the rest run alone below.
+    constexpr size_t kMaxBatch = 32;
+    std::vector<Session*> batch;
+    std::vector<cuda::Sequence*> seqs;
+    std::vector<int32_t> toks;
+    for (size_t i = 0; i < n && batch.size() < kMaxBatch; ++i) {
+      Session* s = ss[i];
+      if (s->gpu() && s->pending_ && size_t(s->n_cached_) + 1 <= s->capacity_) {
+        batch.push_back(s);
+        seqs.push_back(s->seq_.get());
+        toks.push_back(s->tokens_.back());
+      }
+    }
+    if (batch.size() > 1) {
+      const size_t vocab = size_t(ss[0]->model_.config().vocab_size);
+      std::vector<float> logits(batch.size() * vocab);
+      cuda::DecodeOutput o;
+      o.logits = logits.data();
+      gpu->decode(seqs.data(), toks.data(), batch.size(), o);  // all or nothing
+      for (size_t k = 0; k < batch.size(); ++k) {
+        Session* s = batch[k];
+        std::copy(logits.begin() + long(k * vocab), logits.begin() + long((k + 1) * vocab), s->logits_.begin());
+        s->n_cached_ = s->seq_->length();
+        s->pending_ = false;
+        s->logits_valid_ = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) out[i] = ss[i]->decode_step(sampling);
+}
+
 // Removes cached slots [n_keep, n_keep + n_discard) (all < n_cached_):
 // later slots move down and their keys are rotated back by n_discard
 // positions, so the cache equals one computed at the new positions.
@@ -581,9 +622,9 @@ std::unique_ptr<Session> Session::restore(const Model& model, const uint8_t* dat
   LLM_CHECK(r.get<uint32_t>() == kSnapHeaderWords * 4 + 3 * 8, LLM_ERR_FORMAT, "session snapshot header size");
   uint32_t h[kSnapHeaderWords];
   for (uint32_t& v : h) v = r.get<uint32_t>();
+  LLM_CHECK(!model.vocab_only(), LLM_ERR_UNSUPPORTED, "the model was loaded vocab-only");
   const kv::Geometry& g = model.kv_pool().geometry();
   const ModelConfig& c = model.config();
-  LLM_CHECK(!model.vocab_only(), LLM_ERR_UNSUPPORTED, "the model was loaded vocab-only");
   LLM_CHECK(h[0] == uint32_t(g.n_layers) && h[1] == uint32_t(g.n_kv_heads) && h[2] == uint32_t(g.head_dim) &&
                 h[3] == uint32_t(g.page_tokens) && h[4] == uint32_t(c.vocab_size) && h[5] == uint32_t(c.dim),
             LLM_ERR_UNSUPPORTED, "session snapshot was saved from a model of another shape or KV page size");

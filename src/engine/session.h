@@ -40,6 +40,9 @@ class Session {
 
   void prefill(const int32_t* tokens, size_t n);
   int32_t decode_step(const llm_sampling* sampling);
+  // decode_step on each of n distinct sessions of one model; sessions on the
+  // same CUDA backend run their pending tokens in one batched pass.
+  static void decode_batch(Session* const* sessions, size_t n, const llm_sampling* sampling, int32_t* out);
   const float* logits();
   void evict(uint32_t n_keep, uint32_t n_discard);
   void reset();
