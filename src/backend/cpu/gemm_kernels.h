@@ -1,0 +1,52 @@
+// Internal interface between the matmul dispatcher (matmul.cpp) and its
+// kernels: portable scalar ones (matmul.cpp) and AVX2/FMA/F16C ones
+// (matmul_avx2.cpp, only called when use_avx2_kernels() is true).
+//
+// Every kernel computes rows [r0, r1) of y[n, rows] = x[n, cols] . W^T; the
+// dispatcher splits rows across threads in multiples of kRowTile so a thread
+// always starts on a tile boundary.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/matmul.h"
+
+namespace llm::cpu::kern {
+
+constexpr int64_t kRowTile = 4;  // W rows per register tile in every kernel
+constexpr int64_t kQBlock = 32;  // activation quantization block (values)
+
+// Activation rows quantized for integer dot products with Q8/Q4 weights:
+// value[i][k] ~= d[i][k / 32] * q[i][k], q in [-127, 127].
+struct QuantX {
+  const int8_t* q = nullptr;  // [n, cols]
+  const float* d = nullptr;   // [n, cols / 32]
+  const float* s = nullptr;   // [n, cols / 32] sum of the block's q (exact)
+  int64_t cols = 0;           // multiple of 32
+};
+
+// Portable kernels (the fallback without AVX2, and the oracle for the SIMD path).
+// quantize_x_* must agree bit for bit between the two implementations.
+void quantize_x_scalar(const float* x /* [n, cols] */, int64_t n, int64_t cols,
+                       int8_t* q /* [n, cols] */, float* d /* [n, cols/32] */,
+                       float* s /* [n, cols/32] */);
+void matmul_q_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0,
+                     int64_t r1);
+
+#if defined(__x86_64__) || defined(_M_X64)
+// pair_layout (what matmul_q_avx2 expects for Q4 group-32 weights, see
+// q_pair_layout): each pair of blocks (2k, 2k+1) is stored as
+// [2k: 0..15][2k+1: 0..15][2k: 16..31][2k+1: 16..31]; an odd last block stays plain.
+void quantize_x_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* s,
+                     bool pair_layout);
+inline bool q_pair_layout(const WeightView& w) { return w.dtype == DType::Q4 && w.group == 32; }
+// Fast mode, Q8/Q4 weights: integer block dots against quantized activations.
+void matmul_q_avx2(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0,
+                   int64_t r1);
+// f32 accumulation of exactly dequantized weights (every dtype; Fast mode for
+// F32/F16/BF16 and Reference mode for all).
+void matmul_f_avx2(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0,
+                   int64_t r1);
+#endif
+
+}  // namespace llm::cpu::kern

@@ -1,0 +1,243 @@
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/gemm_kernels.h"
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/thread_pool.h"
+
+namespace llm::cpu {
+
+namespace {
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+void check_weight(const WeightView& w) {
+  LLM_CHECK(w.rows >= 0 && w.cols >= 0, LLM_ERR_INVALID_ARGUMENT, "matmul: negative shape");
+  const size_t rb = dtype_row_bytes(w.dtype, w.cols, w.group);
+  LLM_CHECK(rb != 0 || w.cols == 0, LLM_ERR_INVALID_ARGUMENT,
+            "matmul: invalid weight %s group %u cols %lld", dtype_name(w.dtype), w.group,
+            static_cast<long long>(w.cols));
+  LLM_CHECK(w.row_bytes == rb, LLM_ERR_INVALID_ARGUMENT,
+            "matmul: row_bytes %zu != %zu for %s [%lld, %lld]", w.row_bytes, rb,
+            dtype_name(w.dtype), static_cast<long long>(w.rows), static_cast<long long>(w.cols));
+  LLM_CHECK(w.data != nullptr || w.rows == 0 || w.cols == 0, LLM_ERR_INVALID_ARGUMENT,
+            "matmul: null weight data");
+}
+
+// Rows [r0, r1) of y = x . W^T, dequantizing each row once and applying it to
+// all n activation rows.
+void ref_rows(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1,
+              float* row /* [cols] scratch */) {
+  for (int64_t r = r0; r < r1; ++r) {
+    dequantize_row(w, r, row);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * w.cols;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < w.cols; ++k) acc += row[k] * xi[k];
+      y[i * w.rows + r] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_row(const WeightView& w, int64_t r, float* dst) {
+  const uint8_t* src = w.data + size_t(r) * w.row_bytes;
+  const int64_t cols = w.cols;
+  switch (w.dtype) {
+    case DType::F32:
+      std::memcpy(dst, src, size_t(cols) * 4);
+      return;
+    case DType::F16:
+      for (int64_t k = 0; k < cols; ++k) dst[k] = f16_to_f32(load_u16(src + 2 * k));
+      return;
+    case DType::BF16:
+      for (int64_t k = 0; k < cols; ++k) dst[k] = bf16_to_f32(load_u16(src + 2 * k));
+      return;
+    case DType::Q8:
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        const uint8_t* blk = src + b * 34;  // [f16 d][32 x int8]
+        const float d = f16_to_f32(load_u16(blk));
+        for (int j = 0; j < 32; ++j) dst[b * 32 + j] = d * float(int8_t(blk[2 + j]));
+      }
+      return;
+    case DType::Q4: {
+      const int64_t g = w.group, half = g / 2;
+      for (int64_t b = 0; b < cols / g; ++b) {
+        const uint8_t* blk = src + b * (2 + half);  // [f16 d][g/2 bytes]
+        const float d = f16_to_f32(load_u16(blk));
+        float* out = dst + b * g;
+        for (int64_t j = 0; j < half; ++j) {
+          const uint8_t byte = blk[2 + j];
+          out[j] = d * float(int(byte & 0x0f) - 8);
+          out[j + half] = d * float(int(byte >> 4) - 8);
+        }
+      }
+      return;
+    }
+  }
+  fail(LLM_ERR_INVALID_ARGUMENT, "dequantize_row: unknown dtype %u", unsigned(w.dtype));
+}
+
+void matmul_ref(const WeightView& w, const float* x, int64_t n, float* y) {
+  check_weight(w);
+  if (n <= 0 || w.rows == 0) return;
+  std::vector<float> row(size_t(w.cols));
+  ref_rows(w, x, n, y, 0, w.rows, row.data());
+}
+
+namespace kern {
+
+void quantize_x_scalar(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* s) {
+  const int64_t nb = cols / 32;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + i * cols + b * 32;
+      int8_t* qb = q + i * cols + b * 32;
+      float amax = 0.0f;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      const float dd = amax / 127.0f;
+      const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+      d[i * nb + b] = dd;
+      // nearbyint rounds half to even, like vcvtps2dq in the AVX2 version.
+      int32_t sum = 0;
+      for (int j = 0; j < 32; ++j) {
+        qb[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+        sum += qb[j];
+      }
+      s[i * nb + b] = float(sum);
+    }
+  }
+}
+
+void matmul_q_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0,
+                     int64_t r1) {
+  const int64_t nbx = w.cols / 32;  // activation blocks per row
+  const int64_t g = w.dtype == DType::Q8 ? 32 : w.group;
+  const int64_t gb = w.dtype == DType::Q8 ? 34 : 2 + g / 2;
+  const int64_t per = g / 32;  // activation blocks per weight group
+  int8_t wq[32];
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + size_t(r) * w.row_bytes;
+    for (int64_t i = 0; i < n; ++i) {
+      const int8_t* xq = x.q + i * x.cols;
+      const float* xd = x.d + i * nbx;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nbx; ++b) {
+        const uint8_t* blk = row + (b / per) * gb;
+        const float dw = f16_to_f32(load_u16(blk));
+        const int64_t j0 = (b % per) * 32;  // first value of this block within its group
+        for (int t = 0; t < 32; ++t) {
+          if (w.dtype == DType::Q8) {
+            wq[t] = int8_t(blk[2 + t]);
+          } else {
+            const int64_t v = j0 + t, half = g / 2;
+            const uint8_t byte = blk[2 + (v < half ? v : v - half)];
+            wq[t] = int8_t((v < half ? (byte & 0x0f) : (byte >> 4)) - 8);
+          }
+        }
+        int32_t dot = 0;
+        for (int t = 0; t < 32; ++t) dot += int32_t(wq[t]) * int32_t(xq[b * 32 + t]);
+        acc += (dw * xd[b]) * float(dot);
+      }
+      y[i * w.rows + r] = acc;
+    }
+  }
+}
+
+}  // namespace kern
+
+namespace {
+
+// Activation scratch of the calling thread: grows to the largest call seen,
+// then no allocation per call.
+struct QuantScratch {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+};
+
+// Below this many multiply-adds a parallel region costs more than it saves.
+constexpr int64_t kMinParallelMacs = int64_t(1) << 16;
+
+}  // namespace
+
+void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
+            MatmulMode mode) {
+  check_weight(w);
+  if (n <= 0 || w.rows == 0) return;
+  LLM_CHECK(y != nullptr, LLM_ERR_INVALID_ARGUMENT, "matmul: null y");
+  if (w.cols == 0) {
+    std::fill(y, y + n * w.rows, 0.0f);
+    return;
+  }
+  LLM_CHECK(x != nullptr, LLM_ERR_INVALID_ARGUMENT, "matmul: null x");
+  const bool avx2 = use_avx2_kernels();
+  (void)avx2;  // only read where the AVX2 kernels are compiled in
+  const bool int8 = mode == MatmulMode::Fast && dtype_is_quantized(w.dtype);
+
+  kern::QuantX xq;
+  if (int8) {
+    thread_local QuantScratch scratch;
+    const size_t nq = size_t(n) * size_t(w.cols);
+    if (scratch.q.size() < nq) scratch.q.resize(nq);
+    if (scratch.d.size() < nq / 32) {
+      scratch.d.resize(nq / 32);
+      scratch.s.resize(nq / 32);
+    }
+#if defined(__x86_64__) || defined(_M_X64)
+    if (avx2)
+      kern::quantize_x_avx2(x, n, w.cols, scratch.q.data(), scratch.d.data(), scratch.s.data(),
+                            kern::q_pair_layout(w));
+    else
+#endif
+      kern::quantize_x_scalar(x, n, w.cols, scratch.q.data(), scratch.d.data(), scratch.s.data());
+    xq.q = scratch.q.data();
+    xq.d = scratch.d.data();
+    xq.s = scratch.s.data();
+    xq.cols = w.cols;
+  }
+
+  const int64_t tiles = (w.rows + kern::kRowTile - 1) / kern::kRowTile;
+  auto job = [&](int ith, int nth) {
+    int64_t t0, t1;
+    ThreadPool::split(tiles, ith, nth, &t0, &t1);
+    const int64_t r0 = t0 * kern::kRowTile;
+    const int64_t r1 = std::min(w.rows, t1 * kern::kRowTile);
+    if (r0 >= r1) return;
+#if defined(__x86_64__) || defined(_M_X64)
+    if (avx2) {
+      if (int8)
+        kern::matmul_q_avx2(w, xq, n, y, r0, r1);
+      else
+        kern::matmul_f_avx2(w, x, n, y, r0, r1);
+      return;
+    }
+#endif
+    if (int8) {
+      kern::matmul_q_scalar(w, xq, n, y, r0, r1);
+    } else {
+      thread_local std::vector<float> row;
+      if (row.size() < size_t(w.cols)) row.resize(size_t(w.cols));
+      ref_rows(w, x, n, y, r0, r1, row.data());
+    }
+  };
+  const bool parallel =
+      pool != nullptr && pool->size() > 1 && tiles > 1 && n * w.rows * w.cols >= kMinParallelMacs;
+  if (parallel)
+    pool->parallel(job);
+  else
+    job(0, 1);
+}
+
+}  // namespace llm::cpu

@@ -1,0 +1,453 @@
+// CPU matmul: layouts of dequantize_row, matmul_ref against an independent
+// double-precision oracle, and every kernel path (AVX2 / scalar, Fast /
+// Reference, 1 / 2 threads) against matmul_ref over awkward shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/gemm_kernels.h"
+#include "backend/cpu/matmul.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "core/thread_pool.h"
+
+namespace llm::cpu {
+namespace {
+
+struct Config {
+  DType dtype;
+  uint32_t group;
+  const char* name;
+};
+
+// A weight matrix: its stored bytes plus the exact values those bytes mean,
+// computed here from the format definition (dtype.h), not by the library.
+struct Weights {
+  Config cfg;
+  int64_t rows = 0, cols = 0;
+  std::vector<uint8_t> bytes;
+  std::vector<double> values;  // [rows, cols]
+  WeightView view() const {
+    WeightView w;
+    w.dtype = cfg.dtype;
+    w.group = cfg.group;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = bytes.data();
+    w.row_bytes = dtype_row_bytes(cfg.dtype, cols, cfg.group);
+    return w;
+  }
+};
+
+void put_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+// Random weights stored as cfg.dtype through a tiny local quantizer (absmax
+// scales). Q8 rows also get a few -128 bytes: legal in GGUF Q8_0 files even
+// though absmax quantizers never write them.
+Weights make_weights(Config cfg, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Weights w;
+  w.cfg = cfg;
+  w.rows = rows;
+  w.cols = cols;
+  const size_t rb = dtype_row_bytes(cfg.dtype, cols, cfg.group);
+  w.bytes.assign(rb * size_t(rows), 0);
+  w.values.assign(size_t(rows * cols), 0.0);
+  std::vector<float> src(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    // Rows of different magnitude so the per-row scales differ.
+    const float row_scale = 0.02f * float(1 + r % 5);
+    for (auto& v : src) v = nd(rng) * row_scale;
+    uint8_t* out = w.bytes.data() + size_t(r) * rb;
+    double* val = w.values.data() + r * cols;
+    switch (cfg.dtype) {
+      case DType::F32:
+        std::memcpy(out, src.data(), size_t(cols) * 4);
+        for (int64_t k = 0; k < cols; ++k) val[k] = src[size_t(k)];
+        break;
+      case DType::F16:
+        for (int64_t k = 0; k < cols; ++k) {
+          const uint16_t h = f32_to_f16(src[size_t(k)]);
+          put_u16(out + 2 * k, h);
+          val[k] = f16_to_f32(h);
+        }
+        break;
+      case DType::BF16:
+        for (int64_t k = 0; k < cols; ++k) {
+          const uint16_t h = f32_to_bf16(src[size_t(k)]);
+          put_u16(out + 2 * k, h);
+          val[k] = bf16_to_f32(h);
+        }
+        break;
+      case DType::Q8:
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          float amax = 0.0f;
+          for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(src[size_t(b * 32 + j)]));
+          const uint16_t dh = f32_to_f16(amax / 127.0f);
+          const float d = f16_to_f32(dh);
+          uint8_t* blk = out + b * 34;
+          put_u16(blk, dh);
+          for (int j = 0; j < 32; ++j) {
+            int q = d > 0 ? int(std::lround(src[size_t(b * 32 + j)] / d)) : 0;
+            q = std::clamp(q, -127, 127);
+            if (rng() % 61 == 0) q = -128;
+            blk[2 + j] = uint8_t(int8_t(q));
+            val[b * 32 + j] = double(d) * q;
+          }
+        }
+        break;
+      case DType::Q4: {
+        const int64_t g = cfg.group, half = g / 2;
+        for (int64_t b = 0; b < cols / g; ++b) {
+          float amax = 0.0f;
+          for (int64_t j = 0; j < g; ++j) amax = std::max(amax, std::fabs(src[size_t(b * g + j)]));
+          const uint16_t dh = f32_to_f16(amax / 7.0f);
+          const float d = f16_to_f32(dh);
+          uint8_t* blk = out + b * (2 + half);
+          put_u16(blk, dh);
+          for (int64_t j = 0; j < g; ++j) {
+            int q = d > 0 ? int(std::lround(src[size_t(b * g + j)] / d)) + 8 : 8;
+            q = std::clamp(q, 0, 15);
+            // value j: low nibble of byte j; value j + g/2: high nibble of byte j.
+            uint8_t& byte = blk[2 + (j < half ? j : j - half)];
+            byte = uint8_t(j < half ? (byte & 0xf0) | q : (byte & 0x0f) | (q << 4));
+            val[b * g + j] = double(d) * (q - 8);
+          }
+        }
+        break;
+      }
+    }
+  }
+  return w;
+}
+
+std::vector<float> make_x(int64_t n, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(size_t(n * cols));
+  for (auto& v : x) v = nd(rng);
+  // Odd rows get an all-zero block (d == 0) and a large outlier (a wide
+  // block range, like real activations). Even rows stay plain Gaussian: the
+  // NMSE checks use only those.
+  for (int64_t i = 1; i < n && cols >= 64; i += 2) {
+    float* xi = x.data() + i * cols;
+    std::fill(xi + 32, xi + 64, 0.0f);
+    xi[0] = 40.0f;
+  }
+  return x;
+}
+
+// ---------------------------------------------------------------------------
+// Layouts, spelled out by hand from dtype.h.
+
+TEST(Dequantize, Q8BlockLayout) {
+  uint8_t row[68];
+  put_u16(row, f32_to_f16(0.5f));
+  put_u16(row + 34, f32_to_f16(-2.0f));
+  for (int j = 0; j < 32; ++j) {
+    row[2 + j] = uint8_t(int8_t(j - 16));
+    row[36 + j] = uint8_t(int8_t(j == 0 ? -128 : 127 - j));
+  }
+  WeightView w{DType::Q8, 32, 1, 64, row, 68};
+  float out[64];
+  dequantize_row(w, 0, out);
+  for (int j = 0; j < 32; ++j) {
+    EXPECT_EQ(out[j], 0.5f * float(j - 16)) << j;
+    EXPECT_EQ(out[32 + j], -2.0f * float(j == 0 ? -128 : 127 - j)) << j;
+  }
+}
+
+TEST(Dequantize, Q4GroupLayouts) {
+  for (uint32_t g : {32u, 64u, 128u}) {
+    SCOPED_TRACE(g);
+    const int half = int(g / 2);
+    std::vector<uint8_t> row(2 + g / 2);
+    put_u16(row.data(), f32_to_f16(0.25f));
+    // byte j: low nibble j % 16, high nibble 15 - j % 16
+    for (int j = 0; j < half; ++j) row[size_t(2 + j)] = uint8_t((j % 16) | ((15 - j % 16) << 4));
+    WeightView w{DType::Q4, g, 1, int64_t(g), row.data(), row.size()};
+    std::vector<float> out(g);
+    dequantize_row(w, 0, out.data());
+    for (int j = 0; j < half; ++j) {
+      EXPECT_EQ(out[size_t(j)], 0.25f * float(j % 16 - 8)) << j;
+      EXPECT_EQ(out[size_t(j + half)], 0.25f * float(7 - j % 16)) << j;
+    }
+  }
+}
+
+TEST(Dequantize, HalfTypes) {
+  uint8_t f16[6], bf16[6];
+  const float vals[3] = {1.5f, -0.0078125f, 65504.0f};
+  for (int i = 0; i < 3; ++i) {
+    put_u16(f16 + 2 * i, f32_to_f16(vals[i]));
+    put_u16(bf16 + 2 * i, f32_to_bf16(vals[i]));
+  }
+  float out[3];
+  dequantize_row(WeightView{DType::F16, 0, 1, 3, f16, 6}, 0, out);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(out[i], vals[i]);
+  dequantize_row(WeightView{DType::BF16, 0, 1, 3, bf16, 6}, 0, out);
+  EXPECT_EQ(out[0], 1.5f);
+  EXPECT_EQ(out[1], -0.0078125f);
+  EXPECT_EQ(out[2], 65536.0f);  // bf16 keeps 8 mantissa bits: 65504 rounds up
+}
+
+TEST(Matmul, RejectsInvalidViews) {
+  std::vector<uint8_t> bytes(1024);
+  float x[64] = {}, y[4];
+  WeightView w{DType::Q4, 48, 1, 96, bytes.data(), 0};  // unsupported group
+  EXPECT_THROW(matmul(w, x, 1, y, nullptr), Error);
+  w = WeightView{DType::Q8, 32, 1, 40, bytes.data(), 40};  // cols not a multiple of 32
+  EXPECT_THROW(matmul(w, x, 1, y, nullptr), Error);
+  w = WeightView{DType::F16, 0, 2, 16, bytes.data(), 16};  // row_bytes != 32
+  EXPECT_THROW(matmul_ref(w, x, 1, y), Error);
+  w = WeightView{DType::F32, 0, 2, 16, nullptr, 64};
+  try {
+    matmul(w, x, 1, y, nullptr);
+    FAIL() << "null data accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), LLM_ERR_INVALID_ARGUMENT);
+  }
+}
+
+TEST(Matmul, ZeroColsGivesZeros) {
+  float y[6] = {1, 2, 3, 4, 5, 6};
+  WeightView w{DType::F32, 0, 3, 0, nullptr, 0};
+  matmul(w, nullptr, 2, y, nullptr);
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+// ---------------------------------------------------------------------------
+// matmul_ref against a double-precision dot of the exact weight values.
+
+TEST(MatmulRef, MatchesDoubleOracle) {
+  const Config cfgs[] = {{DType::F32, 0, "f32"}, {DType::F16, 0, "f16"}, {DType::BF16, 0, "bf16"},
+                         {DType::Q8, 32, "q8"},  {DType::Q4, 32, "q4g32"}, {DType::Q4, 128, "q4g128"}};
+  for (const Config& cfg : cfgs) {
+    SCOPED_TRACE(cfg.name);
+    const int64_t rows = 9, cols = 256, n = 3;
+    const Weights w = make_weights(cfg, rows, cols, 7);
+    const std::vector<float> x = make_x(n, cols, 8);
+    std::vector<float> y(size_t(n * rows));
+    matmul_ref(w.view(), x.data(), n, y.data());
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t r = 0; r < rows; ++r) {
+        double dot = 0, l1 = 0;
+        for (int64_t k = 0; k < cols; ++k) {
+          dot += w.values[size_t(r * cols + k)] * x[size_t(i * cols + k)];
+          l1 += std::fabs(w.values[size_t(r * cols + k)] * x[size_t(i * cols + k)]);
+        }
+        EXPECT_NEAR(y[size_t(i * rows + r)], dot, 1e-6 * l1) << "i=" << i << " r=" << r;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The sweep: every path against matmul_ref.
+
+// Per output: l1 = sum |w x| (scale of float rounding error) and qbound = the
+// most activation quantization can move the result: each x value is off by at
+// most half its block's step amax/127.
+struct Bounds {
+  std::vector<double> l1, qbound;
+};
+
+Bounds make_bounds(const Weights& w, const std::vector<float>& x, int64_t n) {
+  Bounds b;
+  b.l1.assign(size_t(n * w.rows), 0.0);
+  b.qbound.assign(size_t(n * w.rows), 0.0);
+  const int64_t cols = w.cols;
+  std::vector<double> half_step(static_cast<size_t>(cols));
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x.data() + i * cols;
+    for (int64_t k0 = 0; k0 < cols; k0 += 32) {
+      double amax = 0;
+      for (int64_t k = k0; k < std::min(cols, k0 + 32); ++k) amax = std::max(amax, double(std::fabs(xi[k])));
+      for (int64_t k = k0; k < std::min(cols, k0 + 32); ++k) half_step[size_t(k)] = 0.5001 * amax / 127.0;
+    }
+    for (int64_t r = 0; r < w.rows; ++r) {
+      double l1 = 0, qb = 0;
+      for (int64_t k = 0; k < cols; ++k) {
+        const double wv = std::fabs(w.values[size_t(r * cols + k)]);
+        l1 += wv * std::fabs(xi[k]);
+        qb += wv * half_step[size_t(k)];
+      }
+      b.l1[size_t(i * w.rows + r)] = l1;
+      b.qbound[size_t(i * w.rows + r)] = qb;
+    }
+  }
+  return b;
+}
+
+class ScalarGuard {
+ public:
+  explicit ScalarGuard(bool force) { set_force_scalar(force); }
+  ~ScalarGuard() { set_force_scalar(false); }
+};
+
+struct SweepStats {
+  double err2 = 0, ref2 = 0;  // Fast mode, summed over all shapes
+  int shapes = 0;
+};
+
+void run_sweep(const Config& cfg, const std::vector<int64_t>& col_list) {
+  ThreadPool pool(2);
+  const bool quantized = dtype_is_quantized(cfg.dtype);
+  // Fast mode rounds activations only for quantized weights; otherwise it is
+  // f32 accumulation like the reference.
+  const double ref_tol = 1e-5;
+  SweepStats stats;
+  uint32_t seed = 1;
+  for (int64_t n : {1, 2, 5, 17, 64}) {
+    for (int64_t rows : {1, 3, 37, 257}) {
+      for (int64_t cols : col_list) {
+        if (n * rows * cols > (int64_t(3) << 20)) continue;  // keep the suite fast
+        SCOPED_TRACE(std::string(cfg.name) + " n=" + std::to_string(n) +
+                     " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols));
+        const Weights w = make_weights(cfg, rows, cols, ++seed);
+        const std::vector<float> x = make_x(n, cols, ++seed);
+        const WeightView wv = w.view();
+        const Bounds bnd = make_bounds(w, x, n);
+        const size_t ny = size_t(n * rows);
+        std::vector<float> ref(ny);
+        matmul_ref(wv, x.data(), n, ref.data());
+        ++stats.shapes;
+
+        std::vector<float> fast1(ny, NAN), fast2(ny, NAN), exact1(ny, NAN), exact2(ny, NAN),
+            fast_scalar(ny, NAN), exact_scalar(ny, NAN);
+        matmul(wv, x.data(), n, fast1.data(), nullptr, MatmulMode::Fast);
+        matmul(wv, x.data(), n, fast2.data(), &pool, MatmulMode::Fast);
+        matmul(wv, x.data(), n, exact1.data(), nullptr, MatmulMode::Reference);
+        matmul(wv, x.data(), n, exact2.data(), &pool, MatmulMode::Reference);
+        {
+          ScalarGuard guard(true);
+          matmul(wv, x.data(), n, fast_scalar.data(), &pool, MatmulMode::Fast);
+          matmul(wv, x.data(), n, exact_scalar.data(), nullptr, MatmulMode::Reference);
+        }
+
+        double err2 = 0, ref2 = 0;
+        int bad = 0;
+        for (size_t j = 0; j < ny && bad < 5; ++j) {
+          const double tol_exact = ref_tol * bnd.l1[j] + 1e-30;
+          const double tol_fast = (quantized ? bnd.qbound[j] : 0.0) + tol_exact;
+          const double e_fast = std::fabs(double(fast1[j]) - ref[j]);
+          if ((int64_t(j) / rows) % 2 == 0) {  // plain activation rows only
+            err2 += e_fast * e_fast;
+            ref2 += double(ref[j]) * ref[j];
+          }
+          bool ok = true;
+          ok &= std::fabs(double(exact1[j]) - ref[j]) <= tol_exact;
+          ok &= std::fabs(double(exact_scalar[j]) - ref[j]) <= tol_exact;
+          ok &= e_fast <= tol_fast;
+          // Same quantized activations and exact integer dots: the paths only
+          // differ in float summation order.
+          ok &= std::fabs(double(fast_scalar[j]) - fast1[j]) <= tol_exact;
+          if (!ok) {
+            ++bad;
+            ADD_FAILURE() << "j=" << j << " ref=" << ref[j] << " reference=" << exact1[j]
+                          << " reference_scalar=" << exact_scalar[j] << " fast=" << fast1[j]
+                          << " fast_scalar=" << fast_scalar[j] << " l1=" << bnd.l1[j]
+                          << " qbound=" << bnd.qbound[j];
+          }
+        }
+        // Batch invariance: an output depends neither on the thread count nor
+        // on how many x rows are computed together (first and last row alone).
+        EXPECT_EQ(0, std::memcmp(fast1.data(), fast2.data(), ny * sizeof(float)));
+        EXPECT_EQ(0, std::memcmp(exact1.data(), exact2.data(), ny * sizeof(float)));
+        for (int64_t i : {int64_t(0), n - 1}) {
+          std::vector<float> one(static_cast<size_t>(rows));
+          matmul(wv, x.data() + i * cols, 1, one.data(), &pool, MatmulMode::Fast);
+          EXPECT_EQ(0, std::memcmp(one.data(), fast1.data() + i * rows, size_t(rows) * 4)) << i;
+          matmul(wv, x.data() + i * cols, 1, one.data(), nullptr, MatmulMode::Reference);
+          EXPECT_EQ(0, std::memcmp(one.data(), exact1.data() + i * rows, size_t(rows) * 4)) << i;
+        }
+        if (rows >= 37 && ref2 > 0) {
+          EXPECT_LT(err2 / ref2, 1e-4);
+        }
+        stats.err2 += err2;
+        stats.ref2 += ref2;
+      }
+    }
+  }
+  EXPECT_GT(stats.shapes, 40);
+  const double nmse = stats.err2 / stats.ref2;
+  EXPECT_LT(nmse, quantized ? 1e-4 : 1e-10);
+  if (quantized) {
+    EXPECT_GT(nmse, 1e-8);  // activations really were quantized
+  }
+  ::testing::Test::RecordProperty("fast_nmse", std::to_string(nmse));
+}
+
+TEST(MatmulSweep, F32) { run_sweep({DType::F32, 0, "f32"}, {1, 7, 32, 172, 1000, 4096}); }
+TEST(MatmulSweep, F16) { run_sweep({DType::F16, 0, "f16"}, {7, 32, 172, 1000, 4096}); }
+TEST(MatmulSweep, BF16) { run_sweep({DType::BF16, 0, "bf16"}, {32, 172, 1000, 4096}); }
+TEST(MatmulSweep, Q8) { run_sweep({DType::Q8, 32, "q8"}, {32, 96, 1056, 4096}); }
+TEST(MatmulSweep, Q4G32) { run_sweep({DType::Q4, 32, "q4g32"}, {32, 96, 1056, 4096}); }
+TEST(MatmulSweep, Q4G64) { run_sweep({DType::Q4, 64, "q4g64"}, {64, 192, 1088, 4096}); }
+TEST(MatmulSweep, Q4G128) { run_sweep({DType::Q4, 128, "q4g128"}, {128, 384, 1152, 4096}); }
+
+// ---------------------------------------------------------------------------
+// The activation quantizer: AVX2 and scalar agree bit for bit, and q/d
+// reconstruct x to half a step.
+
+TEST(QuantizeX, ScalarAndSimdAgree) {
+  const int64_t n = 3, cols = 256;
+  std::vector<float> x = make_x(n, cols, 99);
+  x[cols + 70] = 0.5f * (40.0f / 127.0f);  // half a step of row 1's outlier block scale
+  std::vector<int8_t> qs(size_t(n * cols)), qv(size_t(n * cols));
+  std::vector<float> ds(size_t(n * cols / 32)), dv(size_t(n * cols / 32));
+  std::vector<float> ss(size_t(n * cols / 32)), sv(size_t(n * cols / 32));
+  kern::quantize_x_scalar(x.data(), n, cols, qs.data(), ds.data(), ss.data());
+  for (int64_t b = 0; b < n * cols / 32; ++b) {
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) sum += qs[size_t(b * 32 + j)];
+    EXPECT_EQ(ss[size_t(b)], float(sum)) << b;
+  }
+  for (int64_t i = 0; i < n * cols; ++i) {
+    const float d = ds[size_t(i / 32)];
+    EXPECT_LE(std::fabs(x[size_t(i)] - d * qs[size_t(i)]), 0.5001f * d + 1e-30f) << i;
+    EXPECT_LE(std::abs(int(qs[size_t(i)])), 127);
+  }
+  EXPECT_EQ(ds[cols / 32 + 1], 0.0f);  // row 1's all-zero block
+#if defined(__x86_64__) || defined(_M_X64)
+  if (!use_avx2_kernels()) GTEST_SKIP() << "no AVX2/FMA/F16C on this CPU";
+  kern::quantize_x_avx2(x.data(), n, cols, qv.data(), dv.data(), sv.data(), false);
+  EXPECT_EQ(qs, qv);
+  EXPECT_EQ(ds, dv);
+  EXPECT_EQ(ss, sv);
+  // Pair layout: blocks 2k, 2k+1 as [2k lo half][2k+1 lo half][2k hi half][2k+1 hi half].
+  const int64_t cols_odd = 96;  // 3 blocks: one pair and a plain last block
+  std::vector<int8_t> qp(static_cast<size_t>(cols_odd)), qn(static_cast<size_t>(cols_odd));
+  float dd[3], sd[3];
+  kern::quantize_x_avx2(x.data(), 1, cols_odd, qn.data(), dd, sd, false);
+  kern::quantize_x_avx2(x.data(), 1, cols_odd, qp.data(), dd, sd, true);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(qp[size_t(j)], qn[size_t(j)]);
+    EXPECT_EQ(qp[size_t(16 + j)], qn[size_t(32 + j)]);
+    EXPECT_EQ(qp[size_t(32 + j)], qn[size_t(16 + j)]);
+    EXPECT_EQ(qp[size_t(48 + j)], qn[size_t(48 + j)]);
+  }
+  for (int j = 64; j < 96; ++j) EXPECT_EQ(qp[size_t(j)], qn[size_t(j)]);
+#endif
+}
+
+TEST(CpuFeatures, ForceScalarToggles) {
+  const bool native = use_avx2_kernels();
+  set_force_scalar(true);
+  EXPECT_FALSE(use_avx2_kernels());
+  EXPECT_TRUE(force_scalar());
+  set_force_scalar(false);
+  EXPECT_EQ(use_avx2_kernels(), native);
+  const CpuFeatures& f = cpu_features();
+  EXPECT_EQ(native, f.avx2 && f.fma && f.f16c);
+}
+
+}  // namespace
+}  // namespace llm::cpu
