@@ -179,6 +179,8 @@ namespace LibLlm
         [DllImport(Lib)] internal static extern int llm_logits(IntPtr session, out IntPtr logits, out UIntPtr nVocab);
         [DllImport(Lib)] internal static extern void llm_sampling_init(ref Sampling s);
         [DllImport(Lib)] internal static extern int llm_decode_step(IntPtr session, ref Sampling s, out int token);
+        [DllImport(Lib)] internal static extern int llm_decode_batch(IntPtr[] sessions, UIntPtr n, ref Sampling s,
+                                                                     [Out] int[] tokens);
         [DllImport(Lib)] internal static extern int llm_kv_evict(IntPtr session, uint nKeep, uint nDiscard);
         [DllImport(Lib)] internal static extern int llm_session_stats(IntPtr session, ref SessionStats stats);
         [DllImport(Lib)] internal static extern int llm_session_fork(IntPtr src, out IntPtr session);
@@ -653,6 +655,60 @@ namespace LibLlm
             Native.Check(Native.llm_decode_step(H, ref s, out token));
             last = token;
             return token;
+        }
+
+        /// <summary>
+        /// DecodeStep on each session, in order, as one call (llm_decode_batch). On a CUDA model the
+        /// sessions' pending tokens run as one batched pass, so they share one read of the weights.
+        /// Element i is the token of sessions[i], the one it would have sampled alone. The sessions
+        /// must be distinct and belong to the same native model (two Model.Load calls of one file are
+        /// two models), else LlmException with Status.InvalidArgument and nothing advances. The
+        /// calling thread must own every session. On a failure the sessions before the failing one
+        /// have advanced and their tokens are lost: use DecodeBatchInto to keep them.
+        /// </summary>
+        public static int[] DecodeBatch(IReadOnlyList<Session> sessions, Sampling? sampling = null)
+        {
+            if (sessions == null) throw new ArgumentNullException("sessions");
+            var tokens = new int[sessions.Count];
+            DecodeBatchInto(sessions, tokens, sampling);
+            return tokens;
+        }
+
+        /// <summary>
+        /// DecodeBatch writing into tokens (as long as sessions). When it throws LlmException, tokens
+        /// still holds the token of every session that advanced before the failing one, and -1 for
+        /// the failing session and those after it (they are unchanged).
+        /// </summary>
+        public static void DecodeBatchInto(IReadOnlyList<Session> sessions, int[] tokens, Sampling? sampling = null)
+        {
+            if (sessions == null) throw new ArgumentNullException("sessions");
+            if (tokens == null) throw new ArgumentNullException("tokens");
+            if (tokens.Length != sessions.Count)
+                throw new ArgumentException(string.Format("{0} tokens for {1} sessions", tokens.Length, sessions.Count), "tokens");
+            var s = (sampling ?? Sampling.Default).ToNative();
+            var ptrs = new IntPtr[sessions.Count];
+            var added = new bool[sessions.Count];
+            for (int i = 0; i < tokens.Length; i++) tokens[i] = -1; // the library may reject the call before it writes them
+            try
+            {
+                // Each handle stays referenced for the call, so a Dispose meanwhile cannot free it.
+                for (int i = 0; i < ptrs.Length; i++)
+                {
+                    if (sessions[i] == null) throw new ArgumentNullException("sessions", "element " + i + " is null");
+                    sessions[i].handle.DangerousAddRef(ref added[i]); // ObjectDisposedException after Dispose
+                    ptrs[i] = sessions[i].handle.DangerousGetHandle();
+                }
+                int st = Native.llm_decode_batch(ptrs, (UIntPtr)ptrs.Length, ref s, tokens);
+                // Sessions that advanced (also before a failure) continue their streams after their token.
+                for (int i = 0; i < tokens.Length; i++)
+                    if (tokens[i] >= 0) sessions[i].last = tokens[i];
+                Native.Check(st);
+            }
+            finally
+            {
+                for (int i = 0; i < added.Length; i++)
+                    if (added[i]) sessions[i].handle.DangerousRelease();
+            }
         }
 
         /// <summary>A copy of the logits the next DecodeStep samples from.</summary>

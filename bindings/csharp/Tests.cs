@@ -272,6 +272,109 @@ public static class Tests
         }
     }
 
+    static readonly string[] BatchPrompts = { "Once upon a time", "Lily had a", "Tom and Sam went" };
+
+    static Session Prompted(Model model, string prompt, SessionOptions options = null)
+    {
+        var s = model.CreateSession(options);
+        s.Prefill(model.Tokenize(prompt));
+        return s;
+    }
+
+    static void DisposeAll(IEnumerable<Session> sessions)
+    {
+        foreach (var s in sessions) s.Dispose();
+    }
+
+    public static void TestDecodeBatchEqualsSteppingAlone()
+    {
+        using (var model = LoadStories())
+        {
+            var sampling = Sampling.Default;
+            sampling.Temperature = 0.9f;
+            sampling.Seed = 5;
+            var batch = BatchPrompts.Select(p => Prompted(model, p)).ToList();
+            var alone = BatchPrompts.Select(p => Prompted(model, p)).ToList();
+            try
+            {
+                var streams = BatchPrompts.Select(_ => new List<int>()).ToList();
+                for (int step = 0; step < 20; step++)
+                {
+                    int[] got = Session.DecodeBatch(batch, sampling);
+                    Equal(3, got.Length, "tokens per batch");
+                    for (int i = 0; i < 3; i++)
+                    {
+                        Equal(alone[i].DecodeStep(sampling), got[i], "session " + i + " step " + step);
+                        streams[i].Add(got[i]);
+                    }
+                }
+                Check(!streams[0].SequenceEqual(streams[1]) && !streams[1].SequenceEqual(streams[2]),
+                      "different prompts give different continuations");
+                Equal(0, Session.DecodeBatch(new Session[0], sampling).Length, "empty batch");
+            }
+            finally
+            {
+                DisposeAll(batch.Concat(alone));
+            }
+        }
+    }
+
+    public static void TestDecodeBatchRejectsDuplicatesAndForeignModels()
+    {
+        using (var model = LoadStories())
+        using (var other = LoadStories()) // the same file loaded twice is another native model
+        using (var a = Prompted(model, "Lily had a"))
+        using (var b = Prompted(other, "Lily had a"))
+        using (var fresh = Prompted(model, "Lily had a"))
+        {
+            var tokens = new[] { 7, 7 };
+            Equal(Status.InvalidArgument, Throws(() => Session.DecodeBatchInto(new[] { a, a }, tokens)), "same session twice");
+            SameIds(new[] { -1, -1 }, tokens, "tokens after a rejected batch");
+            Equal(Status.InvalidArgument, Throws(() => Session.DecodeBatch(new[] { a, b })), "sessions of two models");
+            bool thrown = false;
+            try { Session.DecodeBatchInto(new[] { a, fresh }, new int[1]); } catch (ArgumentException) { thrown = true; }
+            Check(thrown, "tokens shorter than sessions throws ArgumentException");
+            var closed = Prompted(model, "Lily had a");
+            closed.Dispose();
+            thrown = false;
+            try { Session.DecodeBatch(new[] { a, closed }); } catch (ObjectDisposedException) { thrown = true; }
+            Check(thrown, "a disposed session throws ObjectDisposedException");
+            Equal(fresh.DecodeStep(), a.DecodeStep(), "nothing advanced");
+        }
+    }
+
+    public static void TestDecodeBatchFailureKeepsAdvancedTokens()
+    {
+        using (var model = LoadStories())
+        {
+            // Room for the prompt and one pending token: the third step is out of context.
+            var tight = new SessionOptions { MaxTokens = (uint)model.Tokenize(BatchPrompts[1]).Length + 1 };
+            var a = Prompted(model, BatchPrompts[0]);
+            var b = Prompted(model, BatchPrompts[1], tight);
+            var c = Prompted(model, BatchPrompts[2]);
+            var twinA = Prompted(model, BatchPrompts[0]);
+            var twinC = Prompted(model, BatchPrompts[2]);
+            try
+            {
+                var batch = new[] { a, b, c };
+                for (int step = 0; step < 2; step++)
+                {
+                    var got = Session.DecodeBatch(batch);
+                    Equal(twinA.DecodeStep(), got[0], "a step " + step);
+                    Equal(twinC.DecodeStep(), got[2], "c step " + step);
+                }
+                var tokens = new int[3];
+                Equal(Status.ContextFull, Throws(() => Session.DecodeBatchInto(batch, tokens)), "full session");
+                SameIds(new[] { twinA.DecodeStep(), -1, -1 }, tokens, "tokens of the advanced sessions");
+                Equal(twinC.DecodeStep(), c.DecodeStep(), "c unchanged");
+            }
+            finally
+            {
+                DisposeAll(new[] { a, b, c, twinA, twinC });
+            }
+        }
+    }
+
     public static int Main(string[] args)
     {
         int failed = 0, passed = 0;

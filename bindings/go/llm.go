@@ -671,6 +671,46 @@ func (s *Session) DecodeStep(sp *Sampling) (Token, error) {
 	return Token(tok), nil
 }
 
+// DecodeBatch runs DecodeStep on each session, in order, as one call
+// (llm_decode_batch); sp == nil is greedy. On a CUDA model the sessions'
+// pending tokens run as one batched pass, so they share one read of the
+// weights. tokens[i] is the token of sessions[i], the one it would have
+// sampled alone. The sessions must be distinct and belong to the same C
+// model (two Loads of one file are two models), else ErrInvalidArgument and
+// nothing advances. The calling goroutine must own every session.
+//
+// On a failure the returned slice is still filled: the sessions before the
+// failing one have advanced and their tokens are in it; the failing session
+// and those after it are unchanged and have -1. A nil or closed session
+// gives ErrClosed and a nil slice; nothing advances.
+func DecodeBatch(sessions []*Session, sp *Sampling) ([]Token, error) {
+	ptrs := make([]*C.llm_session, len(sessions)) // C pointers in Go memory: allowed by cgo
+	for i, s := range sessions {
+		if s == nil || s.ptr == nil {
+			return nil, ErrClosed
+		}
+		ptrs[i] = s.ptr
+	}
+	tokens := make([]Token, len(sessions))
+	if len(sessions) == 0 {
+		return tokens, nil
+	}
+	for i := range tokens {
+		tokens[i] = -1 // the library may reject the call before it writes them
+	}
+	c := sp.toC()
+	err := call(func() C.llm_status {
+		return C.llm_decode_batch(&ptrs[0], C.size_t(len(ptrs)), &c, (*C.llm_token)(unsafe.Pointer(&tokens[0])))
+	})
+	// Sessions that advanced (also before a failure) continue their streams after their token.
+	for i, tok := range tokens {
+		if tok >= 0 {
+			sessions[i].last = tok
+		}
+	}
+	return tokens, err
+}
+
 // Logits returns a copy of the logits the next DecodeStep samples from.
 func (s *Session) Logits() ([]float32, error) {
 	var lp *C.float

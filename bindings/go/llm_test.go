@@ -401,3 +401,136 @@ func TestForkAndSaveRestore(t *testing.T) {
 		t.Fatalf("truncated bytes: %v", err)
 	}
 }
+
+var batchPrompts = []string{"Once upon a time", "Lily had a", "Tom and Sam went"}
+
+func prompted(t *testing.T, m *Model, prompt string, opts *SessionOptions) *Session {
+	t.Helper()
+	s, err := m.NewSession(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := m.Tokenize(prompt, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Prefill(ids); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestDecodeBatchEqualsSteppingAlone(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	sp := DefaultSampling()
+	sp.Temperature = 0.9
+	sp.Seed = 5
+	var batch, alone []*Session
+	for _, p := range batchPrompts {
+		batch = append(batch, prompted(t, m, p, nil))
+		alone = append(alone, prompted(t, m, p, nil))
+	}
+	defer func() {
+		for _, s := range append(batch, alone...) {
+			s.Close()
+		}
+	}()
+	streams := make([][]Token, len(batchPrompts))
+	for step := 0; step < 20; step++ {
+		got, err := DecodeBatch(batch, &sp)
+		if err != nil || len(got) != len(batch) {
+			t.Fatalf("step %d: %v %v", step, got, err)
+		}
+		for i, s := range alone {
+			want, err := s.DecodeStep(&sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[i] != want {
+				t.Fatalf("session %d step %d: batch %d, alone %d", i, step, got[i], want)
+			}
+			streams[i] = append(streams[i], got[i])
+		}
+	}
+	if sameTokens(streams[0], streams[1]) || sameTokens(streams[1], streams[2]) {
+		t.Fatalf("different prompts gave the same continuation: %v", streams)
+	}
+	if got, err := DecodeBatch(nil, &sp); err != nil || len(got) != 0 {
+		t.Fatalf("empty batch: %v %v", got, err)
+	}
+}
+
+func TestDecodeBatchRejectsDuplicatesAndForeignModels(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	other := loadStories(t) // the same file loaded twice is another C model
+	defer other.Close()
+	a := prompted(t, m, "Lily had a", nil)
+	defer a.Close()
+	b := prompted(t, other, "Lily had a", nil)
+	defer b.Close()
+	fresh := prompted(t, m, "Lily had a", nil)
+	defer fresh.Close()
+	got, err := DecodeBatch([]*Session{a, a}, nil)
+	var e *Error
+	if !errors.As(err, &e) || e.Status != StatusInvalidArgument || e.Message == "" {
+		t.Fatalf("duplicate session: %v", err)
+	}
+	if !sameTokens(got, []Token{-1, -1}) {
+		t.Fatalf("duplicate session tokens: %v", got)
+	}
+	if _, err := DecodeBatch([]*Session{a, b}, nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("sessions of two models: %v", err)
+	}
+	closed := prompted(t, m, "Lily had a", nil)
+	closed.Close()
+	if _, err := DecodeBatch([]*Session{a, closed}, nil); err != ErrClosed {
+		t.Fatalf("closed session: %v", err)
+	}
+	// Nothing advanced: a's next greedy token is still the first one.
+	x, err1 := a.DecodeStep(nil)
+	y, err2 := fresh.DecodeStep(nil)
+	if err1 != nil || err2 != nil || x != y {
+		t.Fatalf("a advanced: %d %d %v %v", x, y, err1, err2)
+	}
+}
+
+func TestDecodeBatchFailureKeepsAdvancedTokens(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	ids, err := m.Tokenize(batchPrompts[1], true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Room for the prompt and one pending token: the third step is out of context.
+	tight := &SessionOptions{MaxTokens: uint32(len(ids)) + 1}
+	a := prompted(t, m, batchPrompts[0], nil)
+	b := prompted(t, m, batchPrompts[1], tight)
+	c := prompted(t, m, batchPrompts[2], nil)
+	twinA := prompted(t, m, batchPrompts[0], nil)
+	twinC := prompted(t, m, batchPrompts[2], nil)
+	for _, s := range []*Session{a, b, c, twinA, twinC} {
+		defer s.Close()
+	}
+	for step := 0; step < 2; step++ {
+		got, err := DecodeBatch([]*Session{a, b, c}, nil)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if wa, wc := greedy(t, twinA, 1)[0], greedy(t, twinC, 1)[0]; got[0] != wa || got[2] != wc {
+			t.Fatalf("step %d: %v, want %d _ %d", step, got, wa, wc)
+		}
+	}
+	got, err := DecodeBatch([]*Session{a, b, c}, nil)
+	if !errors.Is(err, ErrContextFull) {
+		t.Fatalf("full session: %v", err)
+	}
+	if wa := greedy(t, twinA, 1)[0]; !sameTokens(got, []Token{wa, -1, -1}) {
+		t.Fatalf("partial tokens %v, want [%d -1 -1]", got, wa)
+	}
+	// c is unchanged: its next token is the one its twin samples now.
+	if x, y := greedy(t, c, 1)[0], greedy(t, twinC, 1)[0]; x != y {
+		t.Fatalf("c advanced: %d vs %d", x, y)
+	}
+}

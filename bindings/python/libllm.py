@@ -22,7 +22,7 @@ from ctypes import POINTER, byref, c_char, c_char_p, c_double, c_float, c_int, c
 
 __all__ = [
     "Status", "LlmError", "Device", "KvType", "LogLevel", "Model", "Session", "Sampling", "Detokenizer",
-    "Piece", "version", "version_string", "HEADER_VERSION",
+    "Piece", "decode_batch", "version", "version_string", "HEADER_VERSION",
 ]
 
 HEADER_VERSION = 0 * 10000 + 1 * 100 + 0  # LLM_VERSION_NUMBER of the header this file mirrors
@@ -180,6 +180,8 @@ _prefill = _declare("llm_prefill", _status, c_void_p, POINTER(llm_token), c_size
 _logits = _declare("llm_logits", _status, c_void_p, POINTER(POINTER(c_float)), POINTER(c_size_t))
 _sampling_init = _declare("llm_sampling_init", None, POINTER(_Sampling))
 _decode_step = _declare("llm_decode_step", _status, c_void_p, POINTER(_Sampling), POINTER(llm_token))
+_decode_batch = _declare("llm_decode_batch", _status, POINTER(c_void_p), c_size_t, POINTER(_Sampling),
+                        POINTER(llm_token))
 _kv_evict = _declare("llm_kv_evict", _status, c_void_p, c_uint32, c_uint32)
 _session_stats = _declare("llm_session_stats", _status, c_void_p, POINTER(_SessionStats))
 _session_fork = _declare("llm_session_fork", _status, c_void_p, POINTER(c_void_p))
@@ -188,7 +190,8 @@ _session_restore = _declare("llm_session_restore", _status, c_void_p, c_char_p, 
 
 
 class LlmError(Exception):
-    """A failed call: .status (an llm_status value) and .message (llm_last_error)."""
+    """A failed call: .status (an llm_status value) and .message (llm_last_error).
+    A failed decode_batch also sets .tokens (see decode_batch)."""
 
     def __init__(self, status, message=""):
         self.status = status
@@ -605,3 +608,39 @@ class Session:
         """Tokenizes prompt (with BOS), prefills it and streams the continuation."""
         self.prefill(self._model._tokenize(prompt, add_bos=True))
         return self.stream(max_tokens, sampling)
+
+
+def decode_batch(sessions, sampling=None):
+    """Session.decode_step on each session, in order, as one C call
+    (llm_decode_batch); sampling None is greedy. On a CUDA model the sessions'
+    pending tokens run as one batched pass, so they share one read of the
+    weights. Returns a list: element i is the token of sessions[i], the one
+    it would have sampled alone. The sessions must be distinct and belong to
+    the same C model (two Model() loads of one file are two models), else
+    LlmError with INVALID_ARGUMENT and nothing advances. The calling thread
+    must own every session.
+
+    On a failure the LlmError has a .tokens list: the tokens of the sessions
+    that advanced before the failing one, and -1 for the failing session and
+    those after it (they are unchanged)."""
+    sessions = list(sessions)
+    for i, s in enumerate(sessions):
+        if not isinstance(s, Session):
+            raise TypeError("sessions[%d] is %s, not a libllm.Session" % (i, type(s).__name__))
+    n = len(sessions)
+    ptrs = (c_void_p * n)(*[s._handle() for s in sessions])
+    # -1 first: the library may reject the call before it writes them.
+    out = (llm_token * n)(*([-1] * n))
+    raw = sampling._raw() if sampling else None
+    st = _decode_batch(ptrs, n, byref(raw) if raw is not None else None, out)
+    tokens = list(out)
+    # Sessions that advanced (also before a failure) continue their streams after their token.
+    for s, tok in zip(sessions, tokens):
+        if tok >= 0:
+            s._last = tok
+    try:
+        _check(st)
+    except LlmError as e:
+        e.tokens = tokens
+        raise
+    return tokens

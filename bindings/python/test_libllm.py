@@ -155,6 +155,83 @@ class Reference(unittest.TestCase):
             self.assertIn(cm.exception.status, (libllm.Status.FORMAT, libllm.Status.CHECKSUM))
 
 
+BATCH_PROMPTS = ["Once upon a time", "Lily had a", "Tom and Sam went"]
+
+
+class DecodeBatch(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = load_stories()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model.close()
+
+    def prompted(self, prompt, model=None, **session_options):
+        model = model or self.model
+        s = model.session(**session_options)
+        self.addCleanup(s.close)
+        s.prefill(model.tokenize(prompt))
+        return s
+
+    def test_equals_stepping_each_session_alone(self):
+        sampling = libllm.Sampling(temperature=0.9, seed=5)
+        batch = [self.prompted(p) for p in BATCH_PROMPTS]
+        alone = [self.prompted(p) for p in BATCH_PROMPTS]
+        streams = [[] for _ in BATCH_PROMPTS]
+        for step in range(20):
+            got = libllm.decode_batch(batch, sampling)
+            self.assertEqual(len(got), 3)
+            for i, s in enumerate(alone):
+                self.assertEqual(got[i], s.decode_step(sampling), "session %d step %d" % (i, step))
+                streams[i].append(got[i])
+        self.assertNotEqual(streams[0], streams[1])
+        self.assertNotEqual(streams[1], streams[2])
+        self.assertEqual(libllm.decode_batch([], sampling), [])
+        # Any iterable of sessions will do.
+        got = libllm.decode_batch(iter(batch), sampling)
+        self.assertEqual(got, [s.decode_step(sampling) for s in alone])
+
+    def test_rejects_duplicates_and_foreign_models(self):
+        a = self.prompted("Lily had a")
+        fresh = self.prompted("Lily had a")
+        with self.assertRaises(libllm.LlmError) as cm:
+            libllm.decode_batch([a, a])
+        self.assertEqual(cm.exception.status, libllm.Status.INVALID_ARGUMENT)
+        self.assertTrue(cm.exception.message)
+        self.assertEqual(cm.exception.tokens, [-1, -1])
+        with load_stories() as other:  # the same file loaded twice is another C model
+            b = self.prompted("Lily had a", model=other)
+            with self.assertRaises(libllm.LlmError) as cm:
+                libllm.decode_batch([a, b])
+            self.assertEqual(cm.exception.status, libllm.Status.INVALID_ARGUMENT)
+        with self.assertRaises(TypeError):
+            libllm.decode_batch([a, None])
+        closed = self.prompted("Lily had a")
+        closed.close()
+        with self.assertRaises(libllm.LlmError):
+            libllm.decode_batch([a, closed])
+        # Nothing advanced: a's next greedy token is still the first one.
+        self.assertEqual(a.decode_step(), fresh.decode_step())
+
+    def test_failure_keeps_the_tokens_of_advanced_sessions(self):
+        # Room for the prompt and one pending token: the third step is out of context.
+        tight = len(self.model.tokenize(BATCH_PROMPTS[1])) + 1
+        a = self.prompted(BATCH_PROMPTS[0])
+        b = self.prompted(BATCH_PROMPTS[1], max_tokens=tight)
+        c = self.prompted(BATCH_PROMPTS[2])
+        twin_a = self.prompted(BATCH_PROMPTS[0])
+        twin_c = self.prompted(BATCH_PROMPTS[2])
+        for _ in range(2):
+            got = libllm.decode_batch([a, b, c])
+            self.assertEqual((got[0], got[2]), (twin_a.decode_step(), twin_c.decode_step()))
+        with self.assertRaises(libllm.LlmError) as cm:
+            libllm.decode_batch([a, b, c])
+        self.assertEqual(cm.exception.status, libllm.Status.CONTEXT_FULL)
+        self.assertEqual(cm.exception.tokens, [twin_a.decode_step(), -1, -1])
+        self.assertEqual(c.decode_step(), twin_c.decode_step())  # c is unchanged
+
+
 class Lifetime(unittest.TestCase):
     def test_session_keeps_model_alive(self):
         m = load_stories()

@@ -75,6 +75,9 @@ static void test_init_and_null(void) {
   llm_sampling_init(NULL);
   llm_model_free(NULL);
   llm_session_free(NULL);
+  /* An empty batch may pass NULL arrays; a non-empty one may not. */
+  EXPECT(llm_decode_batch(NULL, 0, NULL, NULL) == LLM_OK);
+  EXPECT(llm_decode_batch(NULL, 2, NULL, NULL) == LLM_ERR_INVALID_ARGUMENT);
 }
 
 static void *read_last_error(void *out) {
@@ -118,7 +121,7 @@ static llm_model *load_with_short_params(void) {
 
 static void test_struct_size_rule(void) {
   llm_model *m = load_with_short_params();
-  llm_session *s = NULL;
+  llm_session *s = NULL, *s2 = NULL;
   llm_token tok = -1;
   unsigned char raw[sizeof(llm_model_properties) + 16];
   llm_model_properties *info = (llm_model_properties *)(void *)raw;
@@ -153,6 +156,15 @@ static void test_struct_size_rule(void) {
     newer.s.struct_size = (uint32_t)sizeof newer;
     EXPECT(llm_decode_step(s, &newer.s, &tok) == LLM_OK);
     EXPECT(tok == kFirstGreedy);
+    /* llm_decode_batch reads the same larger sampling struct. */
+    EXPECT(llm_session_create(m, NULL, &s2) == LLM_OK);
+    if (s2 != NULL) {
+      EXPECT(llm_prefill(s2, kPrompt, sizeof kPrompt / sizeof kPrompt[0]) == LLM_OK);
+      tok = -1;
+      EXPECT(llm_decode_batch(&s2, 1, &newer.s, &tok) == LLM_OK);
+      EXPECT(tok == kFirstGreedy);
+      llm_session_free(s2);
+    }
 
     memset(&stats, 0xCD, sizeof stats);
     stats.struct_size = (uint32_t)offsetof(llm_session_stats_t, n_generated);

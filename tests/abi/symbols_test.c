@@ -32,6 +32,7 @@ static const any_fn kExports[] = {
   (any_fn)llm_logits,
   (any_fn)llm_sampling_init,
   (any_fn)llm_decode_step,
+  (any_fn)llm_decode_batch,
   (any_fn)llm_kv_evict,
   (any_fn)llm_session_stats,
   (any_fn)llm_session_fork,

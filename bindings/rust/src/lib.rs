@@ -867,6 +867,70 @@ impl Session {
         Ok(token)
     }
 
+    /// One [`decode_step`](Session::decode_step) on each session, in order, as
+    /// one call (`llm_decode_batch`): on a CUDA model the sessions' pending
+    /// tokens run as one batched pass, so they share one read of the weights.
+    /// Returns the tokens in the order of `sessions`; they are the ones each
+    /// session would have sampled alone. All sessions must belong to the same
+    /// C model (clones of one [`Model`] do; two loads of one file do not):
+    /// otherwise [`Status::InvalidArgument`] and nothing advances.
+    ///
+    /// On a failure the sessions before the failing one have advanced, and
+    /// their tokens are lost to the caller: use
+    /// [`decode_batch_into`](Session::decode_batch_into) to keep them.
+    ///
+    /// ```no_run
+    /// # use libllm::{Model, Sampling, Session};
+    /// let model = Model::load("stories260K.gguf")?;
+    /// let (mut a, mut b) = (model.session()?, model.session()?);
+    /// a.prefill(&model.tokenize("Once upon a time", true)?)?;
+    /// b.prefill(&model.tokenize("Lily had a", true)?)?;
+    /// let tokens = Session::decode_batch(&mut [&mut a, &mut b], &Sampling::greedy())?;
+    /// assert_eq!(tokens.len(), 2);
+    /// # Ok::<(), libllm::Error>(())
+    /// ```
+    ///
+    /// The mutable borrows prove the sessions distinct; one session twice
+    /// does not compile:
+    /// ```compile_fail,E0499
+    /// # use libllm::{Model, Sampling, Session};
+    /// # let model = Model::load("stories260K.gguf").unwrap();
+    /// let mut a = model.session().unwrap();
+    /// let _ = Session::decode_batch(&mut [&mut a, &mut a], &Sampling::greedy());
+    /// ```
+    pub fn decode_batch(sessions: &mut [&mut Session], sampling: &Sampling) -> Result<Vec<Token>> {
+        let mut tokens = vec![-1; sessions.len()];
+        Session::decode_batch_into(sessions, sampling, &mut tokens)?;
+        Ok(tokens)
+    }
+
+    /// [`decode_batch`](Session::decode_batch) writing into `tokens`, which
+    /// must be as long as `sessions` (else [`Status::InvalidArgument`]).
+    /// After a failure `tokens[i]` still holds the token of every session
+    /// that advanced before it, and -1 for the failing session and those
+    /// after it (they are unchanged).
+    pub fn decode_batch_into(sessions: &mut [&mut Session], sampling: &Sampling, tokens: &mut [Token]) -> Result<()> {
+        if tokens.len() != sessions.len() {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("{} tokens for {} sessions", tokens.len(), sessions.len()),
+            ));
+        }
+        let raw = sampling.to_raw();
+        let ptrs: Vec<*mut sys::llm_session> = sessions.iter().map(|s| s.raw.as_ptr()).collect();
+        for t in tokens.iter_mut() {
+            *t = -1;
+        }
+        let code = unsafe { sys::llm_decode_batch(ptrs.as_ptr(), ptrs.len(), &raw, tokens.as_mut_ptr()) };
+        // Sessions that advanced (also before a failure) continue their streams after their token.
+        for (s, &t) in sessions.iter_mut().zip(tokens.iter()) {
+            if t >= 0 {
+                s.last_token = Some(t);
+            }
+        }
+        check(code)
+    }
+
     /// The logits the next `decode_step` samples from. Borrowed until the
     /// session is used again.
     pub fn logits(&mut self) -> Result<&[f32]> {

@@ -220,6 +220,12 @@ extern "C" {
         sampling: *const llm_sampling,
         out_token: *mut llm_token,
     ) -> llm_status;
+    pub fn llm_decode_batch(
+        sessions: *const *mut llm_session,
+        n: usize,
+        sampling: *const llm_sampling,
+        out_tokens: *mut llm_token,
+    ) -> llm_status;
     pub fn llm_kv_evict(session: *mut llm_session, n_keep: u32, n_discard: u32) -> llm_status;
     pub fn llm_session_stats(session: *const llm_session, stats: *mut llm_session_stats_t) -> llm_status;
     pub fn llm_session_fork(src: *const llm_session, out_session: *mut *mut llm_session) -> llm_status;

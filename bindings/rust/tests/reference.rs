@@ -1,8 +1,9 @@
 //! End-to-end tests of the safe wrapper against the real library and the
 //! stories260K reference vectors (case 0 of reference/stories260K_greedy.json,
 //! produced by llama2.c run.c; copied here as test data).
-use libllm::{sys, Device, LoadParams, Model, Sampling, Session, Status, TokenizeFlags};
+use libllm::{sys, Device, LoadParams, Model, Sampling, Session, SessionParams, Status, TokenizeFlags};
 use std::path::PathBuf;
+use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -249,4 +250,105 @@ fn fork_and_save_restore_continue_identically() {
         .unwrap_err()
         .status();
     assert!(matches!(status, Status::Checksum | Status::Format), "{:?}", status);
+}
+
+const BATCH_PROMPTS: [&str; 3] = ["Once upon a time", "Lily had a", "Tom and Sam went"];
+
+fn prompted(model: &Model, prompt: &str, params: &SessionParams) -> Session {
+    let mut s = model.session_with(params).unwrap();
+    s.prefill(&model.tokenize(prompt, true).unwrap()).unwrap();
+    s
+}
+
+#[test]
+fn decode_batch_equals_stepping_each_session_alone() {
+    let model = stories();
+    let sampling = Sampling {
+        temperature: 0.9,
+        seed: 5,
+        ..Sampling::default()
+    };
+    let params = SessionParams::new();
+    let mut batch: Vec<Session> = BATCH_PROMPTS.iter().map(|p| prompted(&model, p, &params)).collect();
+    let mut alone: Vec<Session> = BATCH_PROMPTS.iter().map(|p| prompted(&model, p, &params)).collect();
+    let mut streams = vec![Vec::new(); 3];
+    for step in 0..20 {
+        let mut refs: Vec<&mut Session> = batch.iter_mut().collect();
+        let got = Session::decode_batch(&mut refs, &sampling).unwrap();
+        assert_eq!(got.len(), 3);
+        for (i, s) in alone.iter_mut().enumerate() {
+            assert_eq!(got[i], s.decode_step(&sampling).unwrap(), "session {} step {}", i, step);
+            streams[i].push(got[i]);
+        }
+    }
+    // Three different prompts sampled at temperature 0.9 give different continuations.
+    assert!(streams[0] != streams[1] && streams[1] != streams[2], "{:?}", streams);
+    // The streaming text of a batched session starts after its last batched token.
+    let last = *streams[0].last().unwrap();
+    let mut detok = model.detokenizer(Some(last));
+    let next = alone[0].decode_step(&sampling).unwrap();
+    let text = batch[0].stream(1, sampling).text().unwrap();
+    if !model.is_eog(next) {
+        assert_eq!(text, detok.push(next).unwrap() + &detok.flush().unwrap());
+    }
+    // No sessions: nothing to do.
+    assert_eq!(Session::decode_batch(&mut [], &sampling).unwrap(), Vec::<i32>::new());
+}
+
+#[test]
+fn decode_batch_rejects_duplicates_and_foreign_models() {
+    let model = stories();
+    let other = stories(); // the same file loaded twice is another C model
+    let params = SessionParams::new();
+    let mut a = prompted(&model, "Lily had a", &params);
+    let mut b = prompted(&other, "Lily had a", &params);
+    let mut fresh = prompted(&model, "Lily had a", &params);
+
+    // Safe code cannot name one session twice (see the compile_fail doctest
+    // of Session::decode_batch): the C check is reached through the raw handle.
+    let raw = a.as_ptr();
+    let dup = [raw, raw];
+    let mut out = [7, 7];
+    let code = unsafe { sys::llm_decode_batch(dup.as_ptr(), 2, ptr::null(), out.as_mut_ptr()) };
+    assert_eq!(code, sys::LLM_ERR_INVALID_ARGUMENT);
+    assert_eq!(out, [-1, -1]);
+
+    let err = Session::decode_batch(&mut [&mut a, &mut b], &Sampling::greedy()).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert!(!err.message().is_empty());
+    let mut short = [0; 1];
+    let err = Session::decode_batch_into(&mut [&mut a, &mut fresh], &Sampling::greedy(), &mut short).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    // Nothing advanced: a's next greedy token is still the first one.
+    assert_eq!(
+        a.decode_step(&Sampling::greedy()).unwrap(),
+        fresh.decode_step(&Sampling::greedy()).unwrap()
+    );
+}
+
+#[test]
+fn decode_batch_failure_keeps_the_tokens_of_advanced_sessions() {
+    let model = stories();
+    let roomy = SessionParams::new();
+    let prompt_len = model.tokenize(BATCH_PROMPTS[1], true).unwrap().len() as u32;
+    // Room for the prompt and one pending token: the third step is out of context.
+    let tight = SessionParams::new().max_tokens(prompt_len + 1);
+    let mut a = prompted(&model, BATCH_PROMPTS[0], &roomy);
+    let mut b = prompted(&model, BATCH_PROMPTS[1], &tight);
+    let mut c = prompted(&model, BATCH_PROMPTS[2], &roomy);
+    let mut twin_a = prompted(&model, BATCH_PROMPTS[0], &roomy);
+    let mut twin_c = prompted(&model, BATCH_PROMPTS[2], &roomy);
+    let greedy = Sampling::greedy();
+    for _ in 0..2 {
+        let got = Session::decode_batch(&mut [&mut a, &mut b, &mut c], &greedy).unwrap();
+        assert_eq!(got[0], twin_a.decode_step(&greedy).unwrap());
+        assert_eq!(got[2], twin_c.decode_step(&greedy).unwrap());
+    }
+    let mut tokens = [0; 3];
+    let err = Session::decode_batch_into(&mut [&mut a, &mut b, &mut c], &greedy, &mut tokens).unwrap_err();
+    assert_eq!(err.status(), Status::ContextFull, "{}", err);
+    assert_eq!(tokens[0], twin_a.decode_step(&greedy).unwrap()); // a advanced
+    assert_eq!(&tokens[1..], &[-1, -1]);
+    // c is unchanged: its next token is the one its twin samples now.
+    assert_eq!(c.decode_step(&greedy).unwrap(), twin_c.decode_step(&greedy).unwrap());
 }
