@@ -1,7 +1,10 @@
-// llm-convert: GGUF / llama2.c / .llm -> .llm, choosing the weight format;
-// or a synthetic model of a real shape (random weights) for benchmarks.
+// llm-convert: GGUF / llama2.c / Hugging Face safetensors folder / .llm ->
+// .llm, choosing the weight format (optionally with AWQ scaling and GPTQ
+// rounding calibrated on a text); or a synthetic model of a real shape
+// (random weights) for benchmarks.
 //
 //   llm-convert INPUT [--tokenizer FILE] -o OUT.llm [--quant f32|f16|bf16|q8|q4] [--group 32|64|128] [--no-zstd]
+//               [--embd-quant Q] [--awq CALIB.txt [--awq-clip]] [--gptq CALIB.txt]
 //   llm-convert --synthetic tinyllama-1.1b|llama-3-8b|stories260K-shape --quant Q -o OUT.llm
 //   llm-convert --info FILE.llm
 //
@@ -29,8 +32,11 @@
 #include "format/gguf.h"
 #include "format/llama2c.h"
 #include "format/llm_file.h"
+#include "format/safetensors.h"
+#include "quant/awq.h"
 #include "quant/dtype.h"
 #include "quant/quant.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
@@ -39,13 +45,22 @@ using llm::DType;
 const char* const kUsage =
     "usage:\n"
     "  llm-convert INPUT [--tokenizer FILE] -o OUTPUT.llm [options]\n"
-    "      INPUT: a GGUF file, a .llm file, or a llama2.c checkpoint (needs --tokenizer)\n"
+    "      INPUT: a GGUF file, a .llm file, a llama2.c checkpoint (needs --tokenizer), or a\n"
+    "      Hugging Face folder (config.json, *.safetensors, tokenizer.model or tokenizer.json)\n"
     "  llm-convert --synthetic tinyllama-1.1b|llama-3-8b|stories260K-shape -o OUTPUT.llm [options]\n"
     "      random N(0, 0.02) weights of the real shape and a placeholder vocabulary\n"
     "  llm-convert --info FILE.llm\n"
     "options:\n"
     "  --quant f32|f16|bf16|q8|q4   weight format of the 2-D matrices (default: keep the input's)\n"
     "  --group 32|64|128            q4 group size (default 32)\n"
+    "  --embd-quant f32|f16|bf16|q8|q4  format of token_embd and output (default: as --quant)\n"
+    "  --awq CALIB.txt              AWQ: rescale q/k/v, gate/up, down (and an untied output) by\n"
+    "                               activation statistics of the text before q4/q8 quantization\n"
+    "  --awq-clip                   AWQ: also search a clipping range per quantization group\n"
+    "  --awq-grid N                 AWQ: alpha grid size (default 20)\n"
+    "  --gptq CALIB.txt             GPTQ: error-compensating rounding of the q4/q8 layer matrices\n"
+    "  --gptq-damp X                GPTQ: Hessian damping, fraction of its mean diagonal (default 0.01)\n"
+    "  --calib-samples N            calibration rows kept per layer input (default 2048)\n"
     "  --no-zstd                    store every tensor raw\n"
     "  --zstd-level N               zstd level (default 3)\n"
     "  --threads N                  worker threads (default: all cores)\n"
@@ -85,7 +100,24 @@ struct Args {
   int threads = 0;
   uint64_t seed = 1;
   bool quiet = false;
+  bool has_embd = false;
+  DType embd = DType::F32;
+  std::string awq, gptq;  // calibration texts
+  bool awq_clip = false;
+  int awq_grid = 20;
+  double gptq_damp = 0.01;
+  long calib_samples = 2048;
 };
+
+bool parse_dtype(const std::string& q, DType* out) {
+  if (q == "f32") *out = DType::F32;
+  else if (q == "f16") *out = DType::F16;
+  else if (q == "bf16") *out = DType::BF16;
+  else if (q == "q8" || q == "q8_0") *out = DType::Q8;
+  else if (q == "q4" || q == "q4_0") *out = DType::Q4;
+  else return false;
+  return true;
+}
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -111,12 +143,29 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--quant") {
       const std::string q = value(i);
       a.has_quant = true;
-      if (q == "f32") a.quant = DType::F32;
-      else if (q == "f16") a.quant = DType::F16;
-      else if (q == "bf16") a.quant = DType::BF16;
-      else if (q == "q8" || q == "q8_0") a.quant = DType::Q8;
-      else if (q == "q4" || q == "q4_0") a.quant = DType::Q4;
-      else usage_error("--quant: unknown format '%s'", q.c_str());
+      if (!parse_dtype(q, &a.quant)) usage_error("--quant: unknown format '%s'", q.c_str());
+    } else if (arg == "--embd-quant") {
+      const std::string q = value(i);
+      a.has_embd = true;
+      if (!parse_dtype(q, &a.embd)) usage_error("--embd-quant: unknown format '%s'", q.c_str());
+    } else if (arg == "--awq") {
+      a.awq = value(i);
+    } else if (arg == "--awq-clip") {
+      a.awq_clip = true;
+    } else if (arg == "--awq-grid") {
+      a.awq_grid = int(to_int(value(i), "--awq-grid"));
+      if (a.awq_grid < 1 || a.awq_grid > 1000) usage_error("--awq-grid must be in 1..1000");
+    } else if (arg == "--gptq") {
+      a.gptq = value(i);
+    } else if (arg == "--gptq-damp") {
+      const std::string v = value(i);
+      char* end = nullptr;
+      a.gptq_damp = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(a.gptq_damp > 0.0 && a.gptq_damp < 10.0))
+        usage_error("--gptq-damp must be a number in (0, 10)");
+    } else if (arg == "--calib-samples") {
+      a.calib_samples = to_int(value(i), "--calib-samples");
+      if (a.calib_samples < 1 || a.calib_samples > (1L << 24)) usage_error("--calib-samples out of range");
     } else if (arg == "--group") {
       const long g = to_int(value(i), "--group");
       if (g != 32 && g != 64 && g != 128) usage_error("--group must be 32, 64 or 128");
@@ -149,6 +198,14 @@ Args parse_args(int argc, char** argv) {
   if (a.synthetic.empty() == a.input.empty()) usage_error("give exactly one of INPUT or --synthetic");
   if (a.output.empty()) usage_error("-o OUTPUT.llm is required");
   if (!a.synthetic.empty() && !a.has_quant) usage_error("--synthetic needs --quant");
+  if (!a.awq.empty() || !a.gptq.empty()) {
+    if (!a.synthetic.empty()) usage_error("--awq/--gptq need a real model, not --synthetic");
+    if (!a.has_quant || (a.quant != DType::Q4 && a.quant != DType::Q8))
+      usage_error("--awq/--gptq need --quant q4 or q8");
+    if (!a.awq.empty() && !a.gptq.empty() && a.awq != a.gptq)
+      usage_error("--awq and --gptq must use the same calibration text");
+  }
+  if (a.has_embd && !a.has_quant) usage_error("--embd-quant needs --quant");
   return a;
 }
 
@@ -201,22 +258,51 @@ std::string human_bytes(uint64_t b) {
   return buf;
 }
 
-void print_report(const llm::LlmWriteReport& rep, const std::string& path) {
+// Rule-of-thumb bytes per parameter of each format (FP32 4, FP16 2, INT8 ~1,
+// INT4 ~0.5), to set the measured sizes against.
+double rule_of_thumb(const std::string& dtype) {
+  if (dtype == "f32") return 4.0;
+  if (dtype == "f16" || dtype == "bf16") return 2.0;
+  if (dtype == "q8") return 1.0;
+  if (dtype == "q4") return 0.5;
+  return 0.0;
+}
+
+// numel: parameters per tensor name (for the bytes-per-parameter columns).
+void print_report(const llm::LlmWriteReport& rep, const std::string& path, const std::map<std::string, uint64_t>& numel) {
   std::map<std::string, int> count;
+  std::map<std::string, uint64_t> params;
   std::map<llm::LlmCodec, int> codecs;
+  uint64_t total_params = 0;
+  double thumb_bytes = 0.0;
   for (const auto& t : rep.tensors) {
     ++count[llm::dtype_name(t.dtype)];
     ++codecs[t.codec];
+    auto it = numel.find(t.name);
+    const uint64_t n = it == numel.end() ? 0 : it->second;
+    params[llm::dtype_name(t.dtype)] += n;
+    total_params += n;
+    thumb_bytes += double(n) * rule_of_thumb(llm::dtype_name(t.dtype));
   }
-  std::printf("\n%-6s %8s %14s %14s %16s %8s\n", "dtype", "tensors", "raw", "stored", "stored bytes", "saving");
+  std::printf("\n%-6s %8s %14s %14s %14s %16s %8s %9s %9s %6s\n", "dtype", "tensors", "params", "raw", "stored",
+              "stored bytes", "zstd", "B/param", "(stored)", "thumb");
   for (const auto& kv : rep.by_dtype) {
-    const uint64_t raw = kv.second.first, st = kv.second.second;
-    std::printf("%-6s %8d %14s %14s %16llu %7.2f%%\n", kv.first.c_str(), count[kv.first], human_bytes(raw).c_str(),
-                human_bytes(st).c_str(), (unsigned long long)st, raw ? 100.0 * (1.0 - double(st) / double(raw)) : 0.0);
+    const uint64_t raw = kv.second.first, st = kv.second.second, n = params[kv.first];
+    std::printf("%-6s %8d %14llu %14s %14s %16llu %7.2f%% %9.4f %9.4f %6.2f\n", kv.first.c_str(), count[kv.first],
+                (unsigned long long)n, human_bytes(raw).c_str(), human_bytes(st).c_str(), (unsigned long long)st,
+                raw ? 100.0 * (1.0 - double(st) / double(raw)) : 0.0, n ? double(raw) / double(n) : 0.0,
+                n ? double(st) / double(n) : 0.0, rule_of_thumb(kv.first));
   }
-  std::printf("%-6s %8zu %14s %14s %16llu %7.2f%%\n", "total", rep.tensors.size(), human_bytes(rep.raw_bytes).c_str(),
+  std::printf("%-6s %8zu %14llu %14s %14s %16llu %7.2f%% %9.4f %9.4f\n", "total", rep.tensors.size(),
+              (unsigned long long)total_params, human_bytes(rep.raw_bytes).c_str(),
               human_bytes(rep.stored_bytes).c_str(), (unsigned long long)rep.stored_bytes,
-              rep.raw_bytes ? 100.0 * (1.0 - double(rep.stored_bytes) / double(rep.raw_bytes)) : 0.0);
+              rep.raw_bytes ? 100.0 * (1.0 - double(rep.stored_bytes) / double(rep.raw_bytes)) : 0.0,
+              total_params ? double(rep.raw_bytes) / double(total_params) : 0.0,
+              total_params ? double(rep.stored_bytes) / double(total_params) : 0.0);
+  if (total_params)
+    std::printf("rule of thumb for these formats: %s (%.4f B/param); raw is %+.2f%%, file %+.2f%%\n",
+                human_bytes(uint64_t(thumb_bytes)).c_str(), thumb_bytes / double(total_params),
+                100.0 * (double(rep.raw_bytes) / thumb_bytes - 1.0), 100.0 * (double(rep.file_bytes) / thumb_bytes - 1.0));
   std::printf("codecs: %d raw, %d zstd, %d zstd-planes\n", codecs[llm::LlmCodec::Raw], codecs[llm::LlmCodec::Zstd],
               codecs[llm::LlmCodec::ZstdPlanes]);
   std::printf("wrote %s: %llu bytes (%s)\n", path.c_str(), (unsigned long long)rep.file_bytes,
@@ -231,12 +317,19 @@ llm::LlmConvertOptions convert_options(const Args& a) {
   c.requantize = a.has_quant;
   c.dtype = a.quant;
   c.group = a.group;
+  if (a.has_embd) {
+    c.overrides["token_embd.weight"] = a.embd;
+    c.overrides["output.weight"] = a.embd;
+  }
   return c;
 }
 
 std::string recipe(const Args& a, size_t n_fallback) {
   std::string r = llm::dtype_name(a.quant);
   if (a.quant == DType::Q4) r += " g" + std::to_string(a.group);
+  if (a.has_embd) r += std::string("; embeddings ") + llm::dtype_name(a.embd);
+  if (!a.awq.empty()) r += a.awq_clip ? "; awq+clip" : "; awq";
+  if (!a.gptq.empty()) r += "; gptq";
   r += "; norms f32";
   if (n_fallback)
     r += "; " + std::to_string(n_fallback) + " matrices " + (a.quant == DType::F32 ? "f32" : "f16") +
@@ -276,6 +369,10 @@ void parallel_rows(llm::ThreadPool& pool, int64_t r0, int64_t n, Fn&& fn) {
 // Conversion of an existing model
 
 llm::ModelSource read_input(const Args& a, const llm::Logger& log, std::string* format) {
+  if (llm::is_hf_folder(a.input)) {
+    *format = "safetensors";
+    return llm::read_hf_folder(a.input, &log);
+  }
   std::shared_ptr<llm::MappedFile> f = llm::MappedFile::open(a.input);
   const uint8_t* d = f->data();
   const size_t n = f->size();
@@ -294,24 +391,93 @@ llm::ModelSource read_input(const Args& a, const llm::Logger& log, std::string* 
     f.reset();
     return llm::read_llama2c(a.input, a.tokenizer);
   }
-  llm::fail(LLM_ERR_FORMAT, "'%s' is neither GGUF, .llm nor a llama2.c checkpoint", a.input.c_str());
+  llm::fail(LLM_ERR_FORMAT, "'%s' is neither GGUF, .llm, a llama2.c checkpoint nor a Hugging Face folder",
+            a.input.c_str());
 }
 
-std::string base_name(const std::string& p) {
+std::string base_name(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();  // a folder given as "dir/"
   const size_t s = p.find_last_of('/');
   return s == std::string::npos ? p : p.substr(s + 1);
 }
 
-llm::LlmWriteReport convert(const Args& a, const llm::LlmWriteOptions& wo) {
+// The planner's notes (matrices kept at f16/f32), the first few in full.
+void print_notes(const std::vector<std::string>& notes) {
+  const size_t shown = notes.size() <= 6 ? notes.size() : 4;
+  for (size_t i = 0; i < shown; ++i) std::fprintf(stderr, "llm-convert: note: %s\n", notes[i].c_str());
+  if (shown < notes.size())
+    std::fprintf(stderr, "llm-convert: note: ... and %zu more matrices like these\n", notes.size() - shown);
+}
+
+// AWQ scaling and/or GPTQ rounding on a calibration text (see quant/awq.h).
+llm::ModelSource calibrate_and_rewrite(const Args& a, llm::ModelSource src, const llm::LlmConvertOptions& co,
+                                       llm::ThreadPool& pool) {
+  const std::string& path = a.awq.empty() ? a.gptq : a.awq;
+  std::shared_ptr<llm::MappedFile> f = llm::MappedFile::open(path);
+  const std::string text(reinterpret_cast<const char*>(f->data()), f->size());
+  std::vector<int32_t> ids;
+  llm::Tokenizer::create(src.vocab)->encode(text, true, false, ids);
+  llm::AwqOptions ao;
+  ao.dtype = a.quant;
+  ao.group = a.group;
+  ao.clip = a.awq_clip;
+  ao.n_grid = a.awq_grid;
+  ao.max_samples = a.calib_samples;
+  ao.plan = &co;
+  ao.window = std::max<int32_t>(2, std::min<int32_t>(src.config.seq_len > 0 ? src.config.seq_len : 512, 512));
+  const auto windows = llm::awq_windows(ids, src.vocab.bos, ao.window);
+  LLM_CHECK(!windows.empty(), LLM_ERR_INVALID_ARGUMENT, "calibration text '%s' is empty", path.c_str());
+  const auto t0 = std::chrono::steady_clock::now();
+  llm::AwqCalibration cal = llm::awq_calibrate(src, windows, ao, &pool);
+  if (!a.quiet)
+    std::printf("calibration: %s, %lld tokens in %zu windows\n", base_name(path).c_str(), (long long)cal.n_tokens,
+                windows.size());
+  if (!a.awq.empty()) {
+    llm::AwqReport rep;
+    src = llm::awq_apply(src, cal, ao, &rep, &pool);
+    if (!a.quiet) {
+      std::printf("AWQ (%s): %lld samples per site\n%-6s %-8s %6s %14s %14s %8s\n", a.awq_clip ? "scale + clip" : "scale",
+                  (long long)rep.n_samples, "layer", "site", "alpha", "err plain", "err awq", "change");
+      for (const auto& s : rep.sites)
+        std::printf("%-6d %-8s %6.2f %14.6g %14.6g %7.1f%%\n", s.layer, llm::awq_site_name(s.site), double(s.alpha),
+                    s.err_plain, s.err_final, s.err_plain > 0 ? 100.0 * (s.err_final / s.err_plain - 1.0) : 0.0);
+    }
+    // GPTQ needs the inputs of the rescaled model.
+    if (!a.gptq.empty()) cal = llm::awq_calibrate(src, windows, ao, &pool);
+  }
+  if (!a.gptq.empty()) {
+    std::vector<llm::GptqTensorReport> rep;
+    src = llm::gptq_quantize(src, cal, co, a.gptq_damp, &rep, &pool);
+    if (!a.quiet) {
+      double plain = 0, gptq = 0;
+      for (const auto& r : rep) {
+        plain += r.err_plain;
+        gptq += r.err_gptq;
+      }
+      std::printf("GPTQ: %zu matrices, calibration output error %.6g -> %.6g (%+.1f%%)\n", rep.size(), plain, gptq,
+                  plain > 0 ? 100.0 * (gptq / plain - 1.0) : 0.0);
+    }
+  }
+  if (!a.quiet)
+    std::printf("calibration took %.1f s\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  src.meta["quant.calibration"] = base_name(path) + ", " + std::to_string(cal.n_tokens) + " tokens";
+  return src;
+}
+
+llm::LlmWriteReport convert(const Args& a, llm::ThreadPool& pool, const llm::LlmWriteOptions& wo,
+                            std::map<std::string, uint64_t>* numel) {
   llm::Logger log;
   log.fn = log_to_stderr;
   std::string format;
   llm::ModelSource src = read_input(a, log, &format);
   const llm::LlmConvertOptions co = convert_options(a);
+  if (!a.awq.empty() || !a.gptq.empty()) src = calibrate_and_rewrite(a, std::move(src), co, pool);
+  for (const auto& t : src.tensors) (*numel)[t.name] = uint64_t(t.numel());
 
   std::vector<std::string> notes;
   for (const auto& t : src.tensors) plan_llm_tensor(t.name, t.shape, t.dtype, t.group, co, &notes);
-  for (const auto& s : notes) std::fprintf(stderr, "llm-convert: note: %s\n", s.c_str());
+  print_notes(notes);
   src.meta["source"] = base_name(a.input);
   src.meta["source.format"] = format;
   src.meta["converter"] = "llm-convert";
@@ -396,7 +562,8 @@ llm::VocabData placeholder_vocab(int32_t n) {
   return v;
 }
 
-llm::LlmWriteReport synthesize(const Args& a, llm::ThreadPool& pool, const llm::LlmWriteOptions& wo) {
+llm::LlmWriteReport synthesize(const Args& a, llm::ThreadPool& pool, const llm::LlmWriteOptions& wo,
+                               std::map<std::string, uint64_t>* numel) {
   const Shape* sh = nullptr;
   for (const auto& s : kShapes)
     if (a.synthetic == s.name) sh = &s;
@@ -439,7 +606,12 @@ llm::LlmWriteReport synthesize(const Args& a, llm::ThreadPool& pool, const llm::
   }
   add("output_norm.weight", {dim});
   if (!sh->tied) add("output.weight", {V, dim});
-  for (const auto& s : notes) std::fprintf(stderr, "llm-convert: note: %s\n", s.c_str());
+  print_notes(notes);
+  for (const auto& s : specs) {
+    uint64_t n = 1;
+    for (int64_t d : s.shape) n *= uint64_t(d);
+    (*numel)[s.name] = n;
+  }
 
   std::map<std::string, std::string> meta;
   meta["synthetic"] = sh->name;
@@ -523,10 +695,11 @@ int main(int argc, char** argv) {
     wo.pool = &pool;
     wo.progress = [&](float f) { bar.update(f); };
     const auto t0 = std::chrono::steady_clock::now();
-    const llm::LlmWriteReport rep = a.synthetic.empty() ? convert(a, wo) : synthesize(a, pool, wo);
+    std::map<std::string, uint64_t> numel;
+    const llm::LlmWriteReport rep = a.synthetic.empty() ? convert(a, pool, wo, &numel) : synthesize(a, pool, wo, &numel);
     bar.finish();
     if (!a.quiet) {
-      print_report(rep, a.output);
+      print_report(rep, a.output, numel);
       std::printf("took %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     return 0;

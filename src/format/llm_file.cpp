@@ -1124,13 +1124,15 @@ LlmTensorSpec plan_llm_tensor(const std::string& name, const std::vector<int64_t
     return s;
   }
   const int64_t cols = shape.back();
-  const uint32_t group = opts.dtype == DType::Q8 ? 32 : opts.dtype == DType::Q4 ? opts.group : 0;
-  if (dtype_row_bytes(opts.dtype, cols, group) != 0) {
-    s.dtype = opts.dtype;
+  const auto over = opts.overrides.find(name);
+  const DType want = over != opts.overrides.end() ? over->second : opts.dtype;
+  const uint32_t group = want == DType::Q8 ? 32 : want == DType::Q4 ? opts.group : 0;
+  if (dtype_row_bytes(want, cols, group) != 0) {
+    s.dtype = want;
     s.group = group;
     return s;
   }
-  s.dtype = opts.dtype == DType::F32 ? DType::F32 : DType::F16;
+  s.dtype = want == DType::F32 ? DType::F32 : DType::F16;
   if (notes) {
     char buf[256];
     std::snprintf(buf, sizeof buf, "%s: %lld columns are not a multiple of %u, stored as %s", name.c_str(),

@@ -1,0 +1,242 @@
+// Quantization quality of stories260K against its own f32 weights, teacher
+// forced over the 12 public reference continuations (each case from BOS:
+// prompt ids + generated ids, of stories260K_{,q8_0_,q4_0_}greedy.json).
+// Targets (docs/QUANTIZATION.md): q8 >= 99% top-1 agreement with f32,
+// q4 g32 >= 95%. The model is converted in memory with the converter's own
+// planning (plan_llm_tensor) and quantizers, and run by the engine.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/session.h"
+#include "format/llama2c.h"
+#include "format/llm_file.h"
+#include "model/model.h"
+#include "quant/awq.h"
+#include "quant/quant.h"
+#include "reference.h"
+
+namespace {
+
+using llm::DType;
+
+const llm::ModelSource& f32_source() {
+  static const llm::ModelSource src = llm::read_llama2c(llm::testing::model_path("stories260K.bin"),
+                                                        llm::testing::model_path("tok512.bin"));
+  return src;
+}
+
+const std::vector<std::vector<int32_t>>& reference_sequences() {
+  static const std::vector<std::vector<int32_t>> seqs = [] {
+    std::vector<std::vector<int32_t>> out;
+    for (const char* f : {"stories260K_greedy.json", "stories260K_q8_0_greedy.json", "stories260K_q4_0_greedy.json"})
+      for (const auto& c : llm::testing::load_greedy_cases(f)) {
+        std::vector<int32_t> s = c.prompt_ids;
+        s.insert(s.end(), c.generated_ids.begin(), c.generated_ids.end());
+        out.push_back(std::move(s));
+      }
+    return out;
+  }();
+  return seqs;
+}
+
+// Re-encodes every tensor as llm-convert would (plan_llm_tensor, then
+// dequantize_row / quantize_row), in memory.
+llm::ModelSource quantize_in_memory(const llm::ModelSource& src, DType dtype, uint32_t group) {
+  llm::LlmConvertOptions co;
+  co.requantize = true;
+  co.dtype = dtype;
+  co.group = group;
+  llm::ModelSource out = src;
+  for (auto& t : out.tensors) {
+    const llm::LlmTensorSpec s = llm::plan_llm_tensor(t.name, t.shape, t.dtype, t.group, co, nullptr);
+    const int64_t rows = t.shape.size() >= 2 ? t.rows() : 1, cols = t.cols();
+    const size_t in_rb = llm::dtype_row_bytes(t.dtype, cols, t.group), out_rb = llm::dtype_row_bytes(s.dtype, cols, s.group);
+    auto bytes = std::make_shared<std::vector<uint8_t>>(out_rb * size_t(rows));
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      llm::dequantize_row(t.dtype, t.group, t.data + size_t(r) * in_rb, row.data(), cols);
+      llm::quantize_row(s.dtype, s.group, row.data(), bytes->data() + size_t(r) * out_rb, cols);
+    }
+    t.dtype = s.dtype;
+    t.group = s.group;
+    t.data = bytes->data();
+    t.nbytes = bytes->size();
+    t.owned = std::move(bytes);
+  }
+  return out;
+}
+
+std::unique_ptr<llm::Model> build(const llm::ModelSource& src, bool exact) {
+  llm::LoadOptions lo;
+  lo.n_threads = 1;  // tiny model: threads cost more than they save
+  lo.reference_math = exact;
+  lo.kv_budget_bytes = 8u << 20;
+  return llm::Model::from_source(src, lo);
+}
+
+// log-softmax in double.
+std::vector<double> log_probs(const float* l, size_t n) {
+  double mx = l[0];
+  for (size_t i = 1; i < n; ++i) mx = std::max(mx, double(l[i]));
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += std::exp(double(l[i]) - mx);
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = double(l[i]) - mx - std::log(sum);
+  return out;
+}
+
+size_t argmax(const float* l, size_t n) {
+  size_t b = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (l[i] > l[b]) b = i;
+  return b;
+}
+
+struct Quality {
+  double agreement = 0, mean_kl = 0;
+  size_t positions = 0;
+};
+
+// Teacher-forced comparison of `model` with `ref` (f32 KV on both sides, so
+// only the weights differ).
+Quality compare(const llm::Model& ref, const llm::Model& model) {
+  Quality q;
+  size_t agree = 0;
+  double kl = 0;
+  llm::SessionOptions so;
+  so.kv_type = LLM_KV_F32;
+  for (const auto& seq : reference_sequences()) {
+    llm::Session a(ref, so), b(model, so);
+    for (size_t i = 0; i + 1 < seq.size(); ++i) {
+      a.prefill(&seq[i], 1);
+      b.prefill(&seq[i], 1);
+      const size_t nv = size_t(ref.config().vocab_size);
+      const float* la = a.logits();
+      const float* lb = b.logits();
+      const auto p = log_probs(la, nv), qv = log_probs(lb, nv);
+      for (size_t k = 0; k < nv; ++k) kl += std::exp(p[k]) * (p[k] - qv[k]);
+      agree += argmax(la, nv) == argmax(lb, nv);
+      ++q.positions;
+    }
+  }
+  q.agreement = double(agree) / double(q.positions);
+  q.mean_kl = kl / double(q.positions);
+  return q;
+}
+
+const llm::Model& f32_model() {
+  static const std::unique_ptr<llm::Model> m = build(f32_source(), true);
+  return *m;
+}
+
+}  // namespace
+
+TEST(QuantQuality, ReferenceSetIsTheTwelvePublicCases) {
+  ASSERT_EQ(reference_sequences().size(), 12u);
+  size_t positions = 0;
+  for (const auto& s : reference_sequences()) positions += s.size() - 1;
+  EXPECT_GT(positions, 700u);
+}
+
+TEST(QuantQuality, Q8AgreesWithF32) {
+  const auto q8 = build(quantize_in_memory(f32_source(), DType::Q8, 32), true);
+  const Quality q = compare(f32_model(), *q8);
+  std::printf("q8 (exact math): agreement %.4f, mean KL %.6f over %zu positions\n", q.agreement, q.mean_kl,
+              q.positions);
+  EXPECT_GE(q.agreement, 0.99);
+  EXPECT_LT(q.mean_kl, 1e-3);
+}
+
+// Plain q4 g32 (byte-identical to ggml's Q4_0) reaches 85.8%, below the
+// 95% target: this 64-wide model is very sensitive to 4-bit weights (each
+// matrix kind alone already costs 2-7%, see docs/QUANTIZATION.md). The floor
+// catches regressions of the quantizer or the kernels.
+TEST(QuantQuality, Q4G32PlainFloor) {
+  const auto q4 = build(quantize_in_memory(f32_source(), DType::Q4, 32), true);
+  const Quality q = compare(f32_model(), *q4);
+  std::printf("q4 g32 (exact math): agreement %.4f, mean KL %.6f over %zu positions\n", q.agreement, q.mean_kl,
+              q.positions);
+  EXPECT_GE(q.agreement, 0.84);
+  EXPECT_LT(q.mean_kl, 0.08);
+}
+
+// Calibration data that is not the evaluation data: 16 stories sampled at
+// temperature 1 from the f32 model itself (the references are greedy).
+std::vector<int32_t> sampled_calibration() {
+  std::vector<int32_t> ids;
+  llm::SessionOptions so;
+  so.kv_type = LLM_KV_F32;
+  for (int s = 0; s < 16; ++s) {
+    llm::Session sess(f32_model(), so);
+    const int32_t bos = 1;
+    sess.prefill(&bos, 1);
+    llm_sampling sp;
+    llm_sampling_init(&sp);
+    sp.temperature = 1.0f;
+    sp.seed = uint64_t(1000 + s);
+    ids.push_back(bos);
+    for (int i = 0; i < 256; ++i) {
+      const int32_t t = sess.decode_step(&sp);
+      if (t == bos) break;
+      ids.push_back(t);
+    }
+  }
+  return ids;
+}
+
+// The calibrated q4 g32 recipes: AWQ scaling lowers the KL divergence of
+// plain q4; GPTQ rounding with the embeddings kept at q8 (as llama.cpp keeps
+// a tied embedding at 6 bits in its Q4_0 mix) roughly thirds it.
+TEST(QuantQuality, Q4G32CalibratedRecipesBeatPlain) {
+  const Quality plain = compare(f32_model(), *build(quantize_in_memory(f32_source(), DType::Q4, 32), true));
+  const std::vector<int32_t> calib = sampled_calibration();
+  ASSERT_GT(calib.size(), 2000u);
+  llm::ThreadPool* const pool = nullptr;  // tiny model: one thread is fastest
+  llm::AwqOptions ao;
+  ao.window = 257;
+  ao.max_samples = 4096;
+  const llm::AwqCalibration cal = llm::awq_calibrate(f32_source(), llm::awq_windows(calib, 1, ao.window), ao, pool);
+
+  const llm::ModelSource awq = llm::awq_apply(f32_source(), cal, ao, nullptr, pool);
+  const Quality qa = compare(f32_model(), *build(quantize_in_memory(awq, DType::Q4, 32), true));
+  std::printf("q4 g32 AWQ: agreement %.4f, mean KL %.6f (plain %.4f, %.6f)\n", qa.agreement, qa.mean_kl,
+              plain.agreement, plain.mean_kl);
+  EXPECT_LT(qa.mean_kl, plain.mean_kl * 0.96);
+
+  llm::LlmConvertOptions co;
+  co.requantize = true;
+  co.dtype = DType::Q4;
+  co.group = 32;
+  co.overrides["token_embd.weight"] = DType::Q8;
+  const llm::ModelSource gptq = llm::gptq_quantize(f32_source(), cal, co, 0.01, nullptr, pool);
+  // The converter's planning: GPTQ tensors are already in their final
+  // format, token_embd becomes q8.
+  llm::ModelSource final_src = gptq;
+  for (auto& t : final_src.tensors) {
+    const llm::LlmTensorSpec s = llm::plan_llm_tensor(t.name, t.shape, t.dtype, t.group, co, nullptr);
+    if (s.dtype == t.dtype && s.group == t.group) continue;
+    t = *quantize_in_memory(gptq, s.dtype, 32).find(t.name);  // token_embd -> q8, ffn_down (172 cols) -> f16
+    EXPECT_EQ(t.dtype, s.dtype) << t.name;
+  }
+  EXPECT_EQ(final_src.find("token_embd.weight")->dtype, DType::Q8);
+  EXPECT_EQ(final_src.find("blk.0.attn_q.weight")->dtype, DType::Q4);
+  const Quality qg = compare(f32_model(), *build(final_src, true));
+  std::printf("q4 g32 GPTQ + q8 embeddings: agreement %.4f, mean KL %.6f\n", qg.agreement, qg.mean_kl);
+  EXPECT_GE(qg.agreement, 0.91);
+  EXPECT_LT(qg.mean_kl, plain.mean_kl * 0.4);
+}
+
+// The default (fast) kernels quantize activations to 8 bits on top.
+TEST(QuantQuality, Q8FastKernelsStillAgree) {
+  const auto q8 = build(quantize_in_memory(f32_source(), DType::Q8, 32), false);
+  const Quality q = compare(f32_model(), *q8);
+  std::printf("q8 (fast kernels): agreement %.4f, mean KL %.6f\n", q.agreement, q.mean_kl);
+  EXPECT_GE(q.agreement, 0.98);
+}
+
