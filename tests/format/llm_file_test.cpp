@@ -233,6 +233,7 @@ std::vector<uint8_t> fixture_file(bool zstd, const std::string& name, llm::LlmWr
   llm::LlmWriteOptions o;
   o.allow_zstd = zstd;
   o.chunk_bytes = 4096;
+  o.min_saving = 0.03;  // low enough that every codec appears in the fixture
   const std::string path = tmp_path(name);
   llm::LlmWriteReport r = llm::write_llm(f.src, path, o);
   if (rep) *rep = r;
@@ -316,6 +317,7 @@ TEST(LlmFile, WriterIsDeterministicAndParallelSafe) {
   llm::ThreadPool pool(4);
   llm::LlmWriteOptions o;
   o.chunk_bytes = 4096;
+  o.min_saving = 0.03;  // as fixture_file
   o.pool = &pool;
   llm::write_llm(f.src, tmp_path("det_b.llm"), o);
   EXPECT_EQ(a, slurp(tmp_path("det_b.llm")));
