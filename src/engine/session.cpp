@@ -422,7 +422,8 @@ void Session::evict_cached(uint32_t n_keep, uint32_t n_discard) {
         cpu::rope_head(row.data(), g.head_dim, -int64_t(n_discard), c.rope_theta);
         kv::store_row(g, pd, l, 0, h, sd, row.data());
         std::memcpy(kv::row_ptr(g, pd, l, 1, h, sd), kv::row_ptr(g, ps, l, 1, h, ss), rb);
-        if (kv::has_scales(opts_.kv_type)) *kv::scale_ptr(g, pd, l, 1, h, sd) = *kv::scale_ptr(g, ps, l, 1, h, ss);
+        if (kv::has_scales(opts_.kv_type))
+          std::memcpy(kv::scale_ptr(g, pd, l, 1, h, sd), kv::scale_ptr(g, ps, l, 1, h, ss), 2 * sizeof(float));
       }
     }
   }
@@ -604,7 +605,7 @@ void Session::save(std::vector<uint8_t>& out) const {
         for (int32_t h = 0; h < g.n_kv_heads; ++h)
           for (uint32_t slot = used; slot < pt; ++slot) {
             std::memset(kv::row_ptr(g, &view, l, kv, h, int32_t(slot)), 0, rb);
-            if (kv::has_scales(p->type)) *kv::scale_ptr(g, &view, l, kv, h, int32_t(slot)) = 0.0f;
+            if (kv::has_scales(p->type)) std::memset(kv::scale_ptr(g, &view, l, kv, h, int32_t(slot)), 0, 2 * sizeof(float));
           }
   }
   w.put(uint64_t(XXH3_64bits(out.data(), out.size())));
@@ -632,8 +633,8 @@ std::unique_ptr<Session> Session::restore(const Model& model, const uint8_t* dat
   o.max_tokens = h[6];
   o.window = h[7];
   o.n_sink = h[8];
-  o.kv_type = llm_kv_type(h[9]);
   LLM_CHECK(h[9] <= uint32_t(LLM_KV_INT4), LLM_ERR_FORMAT, "session snapshot has kv_type %u", h[9]);
+  o.kv_type = llm_kv_type(h[9]);
   const uint32_t flags = h[10], n_tokens = h[11], n_cached = h[12], n_pages = h[13];
   std::unique_ptr<Session> s(new Session(model, o));  // validates window/n_sink
   const uint32_t pt = uint32_t(g.page_tokens);

@@ -23,7 +23,7 @@ size_t row_bytes(llm_kv_type t, int32_t head_dim) {
 size_t page_bytes(const Geometry& g, llm_kv_type t) {
   const size_t rows = size_t(g.n_layers) * 2 * size_t(g.n_kv_heads) * size_t(g.page_tokens);
   size_t bytes = rows * row_bytes(t, g.head_dim);
-  if (has_scales(t)) bytes += rows * sizeof(float);
+  if (has_scales(t)) bytes += rows * 2 * sizeof(float);
   return bytes;
 }
 
@@ -75,8 +75,9 @@ void PagePool::release(Page* p) {
   free_[int(p->type)].push_back(p);
 }
 
-// Int8: symmetric per row, scale = max|x| / 127. Int4: symmetric per row,
-// scale = max|x| / 7, nibble = q + 8, two per byte (even index low nibble).
+// Int8 / int4: asymmetric per row (one row = one token's head): value =
+// min + step * q with q in [0, 255] / [0, 15], step = (max - min) / qmax;
+// int4 packs two per byte (even index in the low nibble).
 void store_row(const Geometry& g, Page* p, int32_t layer, int kv, int32_t head, int32_t slot, const float* src) {
   uint8_t* dst = row_ptr(g, p, layer, kv, head, slot);
   const int32_t d = g.head_dim;
@@ -89,25 +90,25 @@ void store_row(const Geometry& g, Page* p, int32_t layer, int kv, int32_t head, 
     }
     case LLM_KV_INT8:
     case LLM_KV_INT4: {
-      float tmp[1024];
-      if (kv == 0 && g.key_channel_scale) {
-        const float* cs = g.key_channel_scale + (size_t(layer) * size_t(g.n_kv_heads) + size_t(head)) * size_t(d);
-        for (int32_t i = 0; i < d; ++i) tmp[i] = src[i] / cs[i];
-        src = tmp;
+      // Asymmetric per row: the code spans [min, max] (a skewed row keeps
+      // more precision than a symmetric [-amax, amax] code).
+      float lo = src[0], hi = src[0];
+      for (int32_t i = 1; i < d; ++i) {
+        lo = std::min(lo, src[i]);
+        hi = std::max(hi, src[i]);
       }
-      float amax = 0.f;
-      for (int32_t i = 0; i < d; ++i) amax = std::max(amax, std::fabs(src[i]));
-      const float qmax = p->type == LLM_KV_INT8 ? 127.f : 7.f;
-      const float scale = amax / qmax;
-      const float inv = scale > 0.f ? 1.f / scale : 0.f;
-      *scale_ptr(g, p, layer, kv, head, slot) = scale;
+      const float qmax = p->type == LLM_KV_INT8 ? 255.f : 15.f;
+      const float step = (hi - lo) / qmax;
+      const float inv = step > 0.f ? 1.f / step : 0.f;
+      float* sc = scale_ptr(g, p, layer, kv, head, slot);
+      sc[0] = step;
+      sc[1] = lo;
       if (p->type == LLM_KV_INT8) {
-        int8_t* q = reinterpret_cast<int8_t*>(dst);
-        for (int32_t i = 0; i < d; ++i) q[i] = int8_t(std::lrintf(std::clamp(src[i] * inv, -127.f, 127.f)));
+        for (int32_t i = 0; i < d; ++i) dst[i] = uint8_t(std::lrintf(std::clamp((src[i] - lo) * inv, 0.f, 255.f)));
       } else {
         std::memset(dst, 0, row_bytes(LLM_KV_INT4, d));
         for (int32_t i = 0; i < d; ++i) {
-          const int q = int(std::lrintf(std::clamp(src[i] * inv, -7.f, 7.f))) + 8;
+          const int q = int(std::lrintf(std::clamp((src[i] - lo) * inv, 0.f, 15.f)));
           dst[i / 2] |= uint8_t(q << ((i & 1) * 4));
         }
       }
@@ -128,21 +129,16 @@ void load_row(const Geometry& g, const Page* p, int32_t layer, int kv, int32_t h
       break;
     }
     case LLM_KV_INT8: {
-      const float s = *scale_ptr(g, p, layer, kv, head, slot);
-      const int8_t* q = reinterpret_cast<const int8_t*>(src);
-      for (int32_t i = 0; i < d; ++i) out[i] = s * float(q[i]);
+      const float* sc = scale_ptr(g, p, layer, kv, head, slot);
+      for (int32_t i = 0; i < d; ++i) out[i] = sc[1] + sc[0] * float(src[i]);
       break;
     }
     case LLM_KV_INT4: {
-      const float s = *scale_ptr(g, p, layer, kv, head, slot);
-      for (int32_t i = 0; i < d; ++i) out[i] = s * float(int((src[i / 2] >> ((i & 1) * 4)) & 15) - 8);
+      const float* sc = scale_ptr(g, p, layer, kv, head, slot);
+      for (int32_t i = 0; i < d; ++i) out[i] = sc[1] + sc[0] * float((src[i / 2] >> ((i & 1) * 4)) & 15);
       break;
     }
     default: break;
-  }
-  if (kv == 0 && g.key_channel_scale && has_scales(p->type)) {
-    const float* cs = g.key_channel_scale + (size_t(layer) * size_t(g.n_kv_heads) + size_t(head)) * size_t(d);
-    for (int32_t i = 0; i < d; ++i) out[i] *= cs[i];
   }
 }
 

@@ -27,13 +27,6 @@ struct Geometry {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t page_tokens = 16;
-  // Optional [n_layers][n_kv_heads][head_dim] per-channel key scales for the
-  // int8/int4 types: keys are stored as k / s and loaded as q * s. Keys have
-  // outlier channels (large-norm rows of W_k); dividing them out before the
-  // per-row quantization spreads the int8 range over all channels. The scale
-  // is equal within each RoPE pair (2j, 2j+1), so it commutes with rotation
-  // and eviction's re-rotation stays exact. nullptr = all ones.
-  const float* key_channel_scale = nullptr;
 };
 
 // Bytes of one K or V row (head_dim values) in storage type t, excluding scales.
@@ -88,12 +81,13 @@ inline uint8_t* row_ptr(const Geometry& g, const Page* p, int32_t layer, int kv,
                      size_t(slot);
   return p->data + idx * rb;
 }
+// -> {step, min} of the row: value = min + step * q (q unsigned).
 inline float* scale_ptr(const Geometry& g, const Page* p, int32_t layer, int kv, int32_t head, int32_t slot) {
   const size_t rb = row_bytes(p->type, g.head_dim);
   const size_t rows = size_t(g.n_layers) * 2 * size_t(g.n_kv_heads) * size_t(g.page_tokens);
   const size_t idx = ((size_t(layer) * 2 + size_t(kv)) * size_t(g.n_kv_heads) + size_t(head)) * size_t(g.page_tokens) +
                      size_t(slot);
-  return reinterpret_cast<float*>(p->data + rows * rb) + idx;
+  return reinterpret_cast<float*>(p->data + rows * rb) + 2 * idx;
 }
 
 // Stores head_dim floats into a row (quantizing for int8/int4).

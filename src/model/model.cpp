@@ -151,8 +151,6 @@ void Model::build(const LoadOptions& opts) {
   g.n_kv_heads = c.n_kv_heads;
   g.head_dim = c.head_dim;
   g.page_tokens = int32_t(opts.kv_page_tokens ? opts.kv_page_tokens : 16);
-  compute_key_channel_scales();
-  g.key_channel_scale = key_channel_scale_.data();
   kv_pool_ = std::make_unique<kv::PagePool>(g, opts.kv_budget_bytes ? opts.kv_budget_bytes : default_kv_budget_bytes());
 
   // Device: CUDA on request (errors propagate), or under AUTO when a device
@@ -167,39 +165,6 @@ void Model::build(const LoadOptions& opts) {
     } catch (const Error& e) {
       if (opts.device == LLM_DEVICE_CUDA) throw;
       log_.log(LLM_LOG_WARN, "CUDA backend unavailable, running on the CPU: %s", e.what());
-    }
-  }
-}
-
-// Data-free key smoothing for quantized KV: channel c of a key is
-// dot(W_k[c, :] * attn_norm, x_hat) with x_hat of unit RMS, so its typical
-// magnitude is the norm of that effective weight row. The scale of a RoPE
-// pair is the RMS of its two rows' norms (equal within the pair, so it
-// commutes with rotation), normalised to a geometric mean of 1 per head.
-void Model::compute_key_channel_scales() {
-  const ModelConfig& c = src_.config;
-  const int32_t hd = c.head_dim;
-  key_channel_scale_.assign(size_t(c.n_layers) * size_t(c.n_kv_heads) * size_t(hd), 1.0f);
-  std::vector<float> row(size_t(c.dim));
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& w = layers_[size_t(l)];
-    for (int32_t h = 0; h < c.n_kv_heads; ++h) {
-      float* s = key_channel_scale_.data() + (size_t(l) * size_t(c.n_kv_heads) + size_t(h)) * size_t(hd);
-      std::vector<double> norm2(static_cast<size_t>(hd));
-      for (int32_t i = 0; i < hd; ++i) {
-        cpu::dequantize_row(w.wk, int64_t(h) * hd + i, row.data());
-        double acc = 0;
-        for (int32_t k = 0; k < c.dim; ++k) acc += double(row[size_t(k)] * w.attn_norm[k]) * (row[size_t(k)] * w.attn_norm[k]);
-        norm2[size_t(i)] = acc;
-      }
-      double log_sum = 0;
-      for (int32_t i = 0; i < hd; i += 2) {
-        const double pair = std::sqrt(0.5 * (norm2[size_t(i)] + norm2[size_t(i) + 1]));
-        s[i] = s[i + 1] = float(pair > 0 ? pair : 1.0);
-        log_sum += 2 * std::log(double(s[i]));
-      }
-      const float gm = float(std::exp(log_sum / hd));
-      for (int32_t i = 0; i < hd; ++i) s[i] /= gm;
     }
   }
 }

@@ -70,13 +70,10 @@ class Model {
   uint64_t n_params() const { return n_params_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
   DType weight_type() const { return weight_type_; }
-  // [n_layers][n_kv_heads][head_dim] key smoothing scales of quantized KV (see kv::Geometry).
-  const float* key_channel_scale() const { return key_channel_scale_.data(); }
 
  private:
   Model() = default;
   void build(const LoadOptions& opts);
-  void compute_key_channel_scales();
   const float* f32_vector(const std::string& name, int64_t n);
   cpu::WeightView matrix(const std::string& name, int64_t rows, int64_t cols);
 
@@ -91,7 +88,6 @@ class Model {
   const float* output_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::vector<Buffer<float>> converted_;  // norm vectors converted to f32
-  std::vector<float> key_channel_scale_;  // [n_layers][n_kv_heads][head_dim], see kv::Geometry
   uint64_t n_params_ = 0, weight_bytes_ = 0;
   DType weight_type_ = DType::F32;
   std::unique_ptr<cuda::Backend> cuda_;  // declared last: destroyed first

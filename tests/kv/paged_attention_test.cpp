@@ -145,9 +145,14 @@ TEST(KvStorage, QuantizedRowsRoundTripWithinTheirStep) {
     for (auto& v : x) v = nd(rng);
     llm::kv::store_row(g, p[0], 0, 0, 0, 5, x.data());
     llm::kv::load_row(g, p[0], 0, 0, 0, 5, y.data());
-    float amax = 0;
-    for (float v : x) amax = std::max(amax, std::fabs(v));
-    const float step = t == LLM_KV_INT8 ? amax / 127 : t == LLM_KV_INT4 ? amax / 7 : t == LLM_KV_F16 ? amax / 1024 : 0;
+    float amax = 0, lo = x[0], hi = x[0];
+    for (float v : x) {
+      amax = std::max(amax, std::fabs(v));
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    // int8/int4 code the row's [min, max] range in 255 / 15 steps.
+    const float step = t == LLM_KV_INT8 ? (hi - lo) / 255 : t == LLM_KV_INT4 ? (hi - lo) / 15 : t == LLM_KV_F16 ? amax / 1024 : 0;
     for (int i = 0; i < 64; ++i) EXPECT_LE(std::fabs(x[size_t(i)] - y[size_t(i)]), step * 0.5f + 1e-7f) << t;
     pool.release(p[0]);
   }
