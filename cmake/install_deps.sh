@@ -11,7 +11,7 @@ apt-get install -y -qq --no-install-recommends \
   build-essential cmake pkg-config python3 \
   libzstd-dev libmimalloc-dev libxxhash-dev \
   libgtest-dev libgmock-dev googletest libbenchmark-dev nlohmann-json3-dev unicode-data \
-  clang libclang-rt-dev \
+  clang libclang-rt-dev ninja-build \
   golang-go mono-mcs mono-runtime binutils \
   >/dev/null
 # The Rust binding needs cargo; Debian's is enough when none is installed.

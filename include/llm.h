@@ -215,7 +215,8 @@ typedef struct llm_detok_state {
 /* Resets *state for a new stream whose previous token is prev_token (-1 if none). */
 LLM_API void llm_detok_init(llm_detok_state *state, llm_token prev_token);
 /* Appends the text of `token` to the stream and writes the complete UTF-8
- * text now available to buf (at most 4 + longest piece bytes). Invalid bytes
+ * text now available to buf (at most 3 * (3 + longest piece) bytes: every
+ * byte may become a 3-byte U+FFFD). Invalid bytes
  * that can never complete are emitted as U+FFFD. On LLM_ERR_BUFFER_TOO_SMALL
  * the state is unchanged. Thread-safe for distinct states. Since 0.1. */
 LLM_API llm_status llm_detok_push(const llm_model *model, llm_detok_state *state, llm_token token, char *buf,
@@ -265,7 +266,9 @@ LLM_API llm_status llm_session_reset(llm_session *session);
  * for the next position are available (llm_logits) and the next
  * llm_decode_step samples from them. If a token returned by llm_decode_step
  * is still pending, it is run first. On any failure the session is unchanged
- * (no partial append). Returns LLM_OK, LLM_ERR_INVALID_ARGUMENT (bad id),
+ * (no partial append); with a sliding window, tokens the window already
+ * evicted to make room stay evicted (the session stays consistent and
+ * usable). Returns LLM_OK, LLM_ERR_INVALID_ARGUMENT (bad id),
  * LLM_ERR_CONTEXT_FULL, LLM_ERR_CANCELLED, LLM_ERR_OUT_OF_MEMORY. Since 0.1. */
 LLM_API llm_status llm_prefill(llm_session *session, const llm_token *tokens, size_t n_tokens);
 

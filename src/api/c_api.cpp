@@ -17,6 +17,17 @@ namespace llm::api {
 const char* last_error() noexcept;
 }
 
+// Enum fields of parameter structs come from C, where any int is a valid
+// value; in C++ loading one outside the enumeration's range is undefined.
+// Read the bits, validate, then convert.
+template <typename E>
+static int32_t enum_bits(const E& e) {
+  static_assert(sizeof(E) == sizeof(int32_t), "enums of the C API are 32-bit");
+  int32_t v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 // ---------------------------------------------------------------- version / status
 
 extern "C" LLM_API uint32_t llm_version(void) { return LLM_VERSION_NUMBER; }
@@ -28,7 +39,7 @@ extern "C" LLM_API const char* llm_version_string(void) {
 }
 
 extern "C" LLM_API const char* llm_status_string(llm_status status) {
-  switch (status) {
+  switch (enum_bits(status)) {  // any int from a C caller, including negative ones
     case LLM_OK: return "LLM_OK: success";
     case LLM_ERR_INVALID_ARGUMENT: return "LLM_ERR_INVALID_ARGUMENT: invalid argument";
     case LLM_ERR_OUT_OF_MEMORY: return "LLM_ERR_OUT_OF_MEMORY: out of memory";
@@ -65,8 +76,9 @@ extern "C" LLM_API llm_status llm_load(const char* path, const llm_load_params* 
   llm_load_params d;
   llm_load_params_init(&d);
   const llm_load_params p = llm::api::read_params(params, d);
-  LLM_CHECK(p.device == LLM_DEVICE_AUTO || p.device == LLM_DEVICE_CPU || p.device == LLM_DEVICE_CUDA,
-            LLM_ERR_INVALID_ARGUMENT, "unknown device %d", int(p.device));
+  const int32_t device = enum_bits(p.device);
+  LLM_CHECK(device == LLM_DEVICE_AUTO || device == LLM_DEVICE_CPU || device == LLM_DEVICE_CUDA,
+            LLM_ERR_INVALID_ARGUMENT, "unknown device %d", device);
   LLM_CHECK(p.n_threads >= 0 && p.n_threads <= 1024, LLM_ERR_INVALID_ARGUMENT, "n_threads %d out of range",
             p.n_threads);
   LLM_CHECK((p.flags & ~(LLM_LOAD_VOCAB_ONLY | LLM_LOAD_REFERENCE_MATH)) == 0, LLM_ERR_INVALID_ARGUMENT,
@@ -307,7 +319,9 @@ extern "C" LLM_API llm_status llm_session_create(llm_model* model, const llm_ses
   o.max_tokens = p.max_tokens;
   o.window = p.window;
   o.n_sink = p.n_sink;
-  o.kv_type = p.kv_type;
+  const int32_t kv_type = enum_bits(p.kv_type);
+  LLM_CHECK(kv_type >= LLM_KV_F16 && kv_type <= LLM_KV_INT4, LLM_ERR_INVALID_ARGUMENT, "unknown kv_type %d", kv_type);
+  o.kv_type = llm_kv_type(kv_type);
   o.cancel = p.cancel;
   o.cancel_user = p.cancel_user_data;
   *out_session = register_session(model->impl, std::make_unique<llm::Session>(*model->impl, o));

@@ -1,5 +1,6 @@
 #include "api/handles.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
@@ -16,7 +17,10 @@ std::unordered_set<const void*>& registry() {
   static std::unordered_set<const void*> s;
   return s;
 }
-thread_local std::string t_last_error;
+// A fixed buffer, not a std::string: recording an error must not allocate
+// (the error may be that memory ran out, and a bad_alloc thrown while
+// reporting it would escape the C boundary). Longer messages are truncated.
+thread_local char t_last_error[1024];
 }  // namespace
 
 void register_handle(const void* h) {
@@ -50,9 +54,13 @@ llm::Session& session_of(const llm_session* s) {
   return *s->impl;
 }
 
-void set_last_error(const char* msg) { t_last_error = msg ? msg : ""; }
-void clear_last_error() { t_last_error.clear(); }
-const char* last_error() { return t_last_error.c_str(); }
+void set_last_error(const char* msg) noexcept {
+  const size_t n = msg ? std::min(std::strlen(msg), sizeof t_last_error - 1) : 0;
+  if (n) std::memcpy(t_last_error, msg, n);
+  t_last_error[n] = '\0';
+}
+void clear_last_error() noexcept { t_last_error[0] = '\0'; }
+const char* last_error() noexcept { return t_last_error; }
 
 llm_status status_from_current_exception() {
   try {

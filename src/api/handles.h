@@ -38,8 +38,8 @@ bool is_live(const void* h);
 llm::Model& model_of(const llm_model* m);     // throws INVALID_ARGUMENT
 llm::Session& session_of(const llm_session* s);
 
-void set_last_error(const char* msg);
-void clear_last_error();
+void set_last_error(const char* msg) noexcept;  // never allocates
+void clear_last_error() noexcept;
 llm_status status_from_current_exception();
 
 // Copies a caller's params struct over `defaults`: reads min(struct_size,

@@ -14,6 +14,7 @@
 
 #include <climits>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -126,9 +127,11 @@ VocabData parse_llama2c_tokenizer(const uint8_t* data, size_t size, int32_t voca
   v.add_space_prefix = true;
   v.bos = 1;
   v.eos = 2;
-  v.tokens.reserve(size_t(vocab_size));
-  v.scores.reserve(size_t(vocab_size));
-  v.types.reserve(size_t(vocab_size));
+  // Reserve no more than the file can hold (each entry takes at least 8 bytes).
+  const size_t cap = std::min<size_t>(size_t(vocab_size), (size - 4) / 8);
+  v.tokens.reserve(cap);
+  v.scores.reserve(cap);
+  v.types.reserve(cap);
   size_t pos = 4;
   for (int32_t id = 0; id < vocab_size; ++id) {
     LLM_CHECK(size - pos >= 8, LLM_ERR_FORMAT, "llama2.c tokenizer: truncated at token %d of %d", id, vocab_size);
