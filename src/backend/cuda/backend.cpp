@@ -180,7 +180,14 @@ class BackendImpl final : public Backend {
   std::vector<cudaGraphExec_t> execs_;
 };
 
-SequenceImpl::~SequenceImpl() { owner_->release_sequence(*this); }
+SequenceImpl::~SequenceImpl() {
+  // Destructors must not throw (that would terminate the host): a failure to
+  // return the pages leaves them counted in the pool, nothing worse.
+  try {
+    owner_->release_sequence(*this);
+  } catch (...) {
+  }
+}
 
 uint64_t default_budget(uint64_t page_bytes) {
   size_t free_b = 0, total_b = 0;
