@@ -97,7 +97,7 @@ __global__ void convert_kernel(const float* x, int64_t n, uint16_t* out, bool bf
 // ---------------------------------------------------------------- argmax / top-k
 
 // Block-wide best (value, id) by logit_better; every thread gets the winner.
-__device__ void block_best(float* v, int32_t* id, float* sv, int32_t* si) {
+__device__ __forceinline__ void block_best(float* v, int32_t* id, float* sv, int32_t* si) {
   const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5), n_warps = int(blockDim.x >> 5);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -143,7 +143,7 @@ __global__ void argmax_kernel(const float* logits, int64_t vocab, int32_t* out) 
 // Selection by repeated "best strictly after the previous pick": the order
 // is total (ties by id), so k rounds give the k best without marking anything.
 // values/ids: candidates [n]; ids may be null (then id = index + id_base).
-__device__ void select_k(const float* values, const int32_t* ids, int64_t n, int64_t id_base, int k, float* out_v,
+__device__ __forceinline__ void select_k(const float* values, const int32_t* ids, int64_t n, int64_t id_base, int k, float* out_v,
                          int32_t* out_i, float* sv, int32_t* si) {
   float last_v = 0.f;
   int32_t last_i = -1;
