@@ -10,8 +10,12 @@
 //                              DRAM like a real decode step does, not L3.
 //   BM_Gemm/<dtype>/rows/cols/threads : n = 128 (prefill), FLOP/s = 2*rows*cols*n.
 //
+//   BM_FmaPeak512/threads    : the same with 512-bit FMAs (AVX-512 CPUs).
+//
 // Compare BM_Gemv bytes_per_second with BM_ReadBandwidth at the same thread
-// count, and BM_Gemm FLOP/s with BM_FmaPeak.
+// count, and BM_Gemm FLOP/s with BM_FmaPeak (AVX2 kernels) or BM_FmaPeak512
+// (AVX-512 kernels). The kernel family is the best the CPU has unless capped:
+// LLM_CPU_ISA=avx2 (or scalar) llm_matmul_bench ...; the label names it.
 #include <benchmark/benchmark.h>
 
 #include <immintrin.h>
@@ -193,6 +197,40 @@ void BM_FmaPeak(benchmark::State& state) {
 BENCHMARK(BM_FmaPeak)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FmaPeak)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+__attribute__((target("avx512f"))) float fma512_loop(int64_t iters) {
+  // 16 independent chains, as above; 16 floats per FMA.
+  __m512 a[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) a[i] = _mm512_set1_ps(float(i) * 1e-3f);
+  const __m512 m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-4f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) a[i] = _mm512_fmadd_ps(a[i], m, c);
+  }
+  __m512 s = a[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, a[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+void BM_FmaPeak512(benchmark::State& state) {
+  if (llm::cpu::best_isa() < llm::cpu::Isa::Avx512) {
+    state.SkipWithError("needs AVX-512");
+    return;
+  }
+  const int threads = int(state.range(0));
+  const int64_t iters = 1 << 22;
+  ThreadPool* pool = pool_for(threads);
+  float sink[2] = {};
+  for (auto _ : state) {
+    pool->parallel([&](int ith, int) { sink[ith] += fma512_loop(iters); });
+    benchmark::DoNotOptimize(sink);
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(
+      double(state.iterations()) * double(iters) * 16 * 16 * 2 * threads, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FmaPeak512)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FmaPeak512)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // ---------------------------------------------------------------------------
 // Kernels. Args: dtype code (0 f32, 1 f16, 3 q8, 4 q4 g32, 5 q4 g128,
 // 6 q8 Reference mode), rows, cols, threads.
@@ -237,7 +275,8 @@ void run_matmul(benchmark::State& state, int64_t n, size_t rotate) {
       double(state.iterations()) * 2.0 * double(rows) * double(cols) * double(n),
       benchmark::Counter::kIsRate);
   state.SetLabel(std::string(llm::dtype_name(v.dtype)) + (v.group == 128 ? "g128" : "") +
-                 (v.mode == MatmulMode::Reference ? "/ref" : ""));
+                 (v.mode == MatmulMode::Reference ? "/ref" : "") + "/" +
+                 llm::cpu::isa_name(llm::cpu::active_isa()));
 }
 
 void BM_Gemv(benchmark::State& state) { run_matmul(state, 1, kRotateBytes); }

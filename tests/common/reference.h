@@ -26,6 +26,8 @@ struct GreedyCase {
   bool stopped_on_bos = false;
   std::string generated_text;
   std::vector<LogitsStep> logits_steps;
+  // Reference top1 - top2 logit per generated step (empty if not recorded).
+  std::vector<float> margins;
 };
 
 inline std::vector<GreedyCase> load_greedy_cases(const std::string& json_name) {
@@ -40,6 +42,8 @@ inline std::vector<GreedyCase> load_greedy_cases(const std::string& json_name) {
     g.max_new_tokens = c.at("max_new_tokens").get<int>();
     g.stopped_on_bos = c.at("stopped_on_bos").get<bool>();
     g.generated_text = c.at("generated_text").get<std::string>();
+    if (c.contains("top1_top2_logit_margin_per_step"))
+      g.margins = c.at("top1_top2_logit_margin_per_step").get<std::vector<float>>();
     if (c.contains("logits_first_steps")) {
       for (const auto& s : c.at("logits_first_steps")) {
         LogitsStep st;

@@ -83,13 +83,30 @@ RunResult run_greedy(llm_model* m, const GreedyCase& c, llm_kv_type kv, size_t n
   return r;
 }
 
-void check_cases(llm_model* m, const std::vector<GreedyCase>& cases, llm_kv_type kv, float logit_tol) {
+// tie_margin > 0: the ids must match up to the first step whose reference
+// top1 - top2 margin is below tie_margin (a tie within the tolerance of the
+// logits, decided by summation order: each CPU kernel family and the
+// reference may break it differently); from that step on they may differ.
+void check_cases(llm_model* m, const std::vector<GreedyCase>& cases, llm_kv_type kv, float logit_tol,
+                 float tie_margin = 0.0f) {
   ASSERT_NE(m, nullptr);
   for (const GreedyCase& c : cases) {
     SCOPED_TRACE("prompt: '" + c.prompt + "'");
     const RunResult r = run_greedy(m, c, kv, c.logits_steps.size());
     EXPECT_EQ(r.prompt_ids, c.prompt_ids);
-    EXPECT_EQ(r.generated, c.generated_ids);
+    size_t first_tie = c.generated_ids.size();
+    if (tie_margin > 0.0f) {
+      for (size_t k = 0; k < c.margins.size() && k < first_tie; ++k)
+        if (c.margins[k] < tie_margin) first_tie = k;
+    }
+    if (first_tie == c.generated_ids.size()) {
+      EXPECT_EQ(r.generated, c.generated_ids);
+    } else {
+      ASSERT_GE(r.generated.size(), first_tie);
+      const std::vector<int32_t> ours(r.generated.begin(), r.generated.begin() + long(first_tie));
+      const std::vector<int32_t> want(c.generated_ids.begin(), c.generated_ids.begin() + long(first_tie));
+      EXPECT_EQ(ours, want) << "ids before the first near-tie (step " << first_tie << ")";
+    }
     for (size_t k = 0; k < c.logits_steps.size() && k < r.logits.size(); ++k) {
       const auto& want = c.logits_steps[k].logits;
       ASSERT_EQ(r.logits[k].size(), want.size());
@@ -113,10 +130,13 @@ TEST(ReferenceStories260K, ConvertedLlama2cExact) {
 }
 
 TEST(ReferenceStories260K, DefaultSettingsSameTokens) {
-  // Default f16 KV cache and fast kernels: llama.cpp (f16 KV) reproduces every
-  // id, so must we; logits only to the f16 tolerance.
+  // Default f16 KV cache and fast kernels: logits only to the f16 tolerance,
+  // so every id up to the first step whose reference margin is within twice
+  // that tolerance ('Tom and Sam went' has a 0.0027 margin at step 13: the
+  // AVX2 kernels happen to break it like the reference, the scalar and
+  // AVX-512 ones the other way).
   ModelHandle h{load(model_path("stories260K.gguf"), 0)};
-  check_cases(h.m, llm::testing::load_greedy_cases("stories260K_greedy.json"), LLM_KV_F16, 2e-2f);
+  check_cases(h.m, llm::testing::load_greedy_cases("stories260K_greedy.json"), LLM_KV_F16, 2e-2f, 4e-2f);
 }
 
 TEST(ReferenceStories260K, SingleThreadSameAsTwo) {

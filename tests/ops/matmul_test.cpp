@@ -1,10 +1,14 @@
 // CPU matmul: layouts of dequantize_row, matmul_ref against an independent
-// double-precision oracle, and every kernel path (AVX2 / scalar, Fast /
-// Reference, 1 / 2 threads) against matmul_ref over awkward shapes.
+// double-precision oracle, and every kernel path (each kernel family the CPU
+// has: scalar / AVX2 / AVX-512; Fast / Reference, 1 / 2 threads) against
+// matmul_ref over awkward shapes; the ISA cap (set_max_isa, LLM_CPU_ISA).
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -292,12 +296,30 @@ class ScalarGuard {
   ~ScalarGuard() { set_force_scalar(false); }
 };
 
+// Caps the kernel family for the scope, restoring the previous cap.
+class IsaGuard {
+ public:
+  explicit IsaGuard(Isa isa) : saved_(max_isa()) { set_max_isa(isa); }
+  ~IsaGuard() { set_max_isa(saved_); }
+
+ private:
+  Isa saved_;
+};
+
+// Every kernel family this build can run here, lowest first.
+std::vector<Isa> available_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (isa <= best_isa()) out.push_back(isa);
+  return out;
+}
+
 struct SweepStats {
   double err2 = 0, ref2 = 0;  // Fast mode, summed over all shapes
   int shapes = 0;
 };
 
-void run_sweep(const Config& cfg, const std::vector<int64_t>& col_list) {
+void run_sweep_isa(const Config& cfg, const std::vector<int64_t>& col_list) {
   ThreadPool pool(2);
   const bool quantized = dtype_is_quantized(cfg.dtype);
   // Fast mode rounds activations only for quantized weights; otherwise it is
@@ -385,6 +407,17 @@ void run_sweep(const Config& cfg, const std::vector<int64_t>& col_list) {
   ::testing::Test::RecordProperty("fast_nmse", std::to_string(nmse));
 }
 
+// The sweep once per kernel family available (each must be batch invariant
+// with itself and close to matmul_ref).
+void run_sweep(const Config& cfg, const std::vector<int64_t>& col_list) {
+  for (Isa isa : available_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    IsaGuard guard(isa);
+    ASSERT_EQ(active_isa(), isa);
+    run_sweep_isa(cfg, col_list);
+  }
+}
+
 TEST(MatmulSweep, F32) { run_sweep({DType::F32, 0, "f32"}, {1, 7, 32, 172, 1000, 4096}); }
 TEST(MatmulSweep, F16) { run_sweep({DType::F16, 0, "f16"}, {7, 32, 172, 1000, 4096}); }
 TEST(MatmulSweep, BF16) { run_sweep({DType::BF16, 0, "bf16"}, {32, 172, 1000, 4096}); }
@@ -439,14 +472,107 @@ TEST(QuantizeX, ScalarAndSimdAgree) {
 }
 
 TEST(CpuFeatures, ForceScalarToggles) {
+  IsaGuard uncapped(Isa::Avx512);
   const bool native = use_avx2_kernels();
+  const bool native512 = use_avx512_kernels();
   set_force_scalar(true);
   EXPECT_FALSE(use_avx2_kernels());
+  EXPECT_FALSE(use_avx512_kernels());
+  EXPECT_EQ(active_isa(), Isa::Scalar);
   EXPECT_TRUE(force_scalar());
   set_force_scalar(false);
   EXPECT_EQ(use_avx2_kernels(), native);
+  EXPECT_EQ(use_avx512_kernels(), native512);
   const CpuFeatures& f = cpu_features();
   EXPECT_EQ(native, f.avx2 && f.fma && f.f16c);
+  if (native512) {
+    EXPECT_TRUE(native);
+    EXPECT_TRUE(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni);
+  }
+}
+
+TEST(CpuFeatures, ParseIsa) {
+  Isa isa = Isa::Avx2;
+  EXPECT_TRUE(parse_isa("scalar", &isa));
+  EXPECT_EQ(isa, Isa::Scalar);
+  EXPECT_TRUE(parse_isa("AVX512", &isa));
+  EXPECT_EQ(isa, Isa::Avx512);
+  EXPECT_TRUE(parse_isa("Avx2", &isa));
+  EXPECT_EQ(isa, Isa::Avx2);
+  for (const char* bad : {"", "avx", "avx2 ", "avx5120", "sse", "avx-512"}) {
+    EXPECT_FALSE(parse_isa(bad, &isa)) << bad;
+    EXPECT_EQ(isa, Isa::Avx2) << "left unchanged on failure";
+  }
+  EXPECT_FALSE(parse_isa(nullptr, &isa));
+  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    Isa back;
+    ASSERT_TRUE(parse_isa(isa_name(i), &back));
+    EXPECT_EQ(back, i);
+  }
+}
+
+TEST(CpuFeatures, CapIsRespected) {
+  const Isa best = best_isa();
+  for (Isa cap : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    SCOPED_TRACE(isa_name(cap));
+    IsaGuard guard(cap);
+    EXPECT_EQ(max_isa(), cap);
+    const Isa want = std::min(cap, best);
+    EXPECT_EQ(active_isa(), want);
+    EXPECT_EQ(use_avx512_kernels(), want == Isa::Avx512);
+    EXPECT_EQ(use_avx2_kernels(), want >= Isa::Avx2);
+  }
+  // Under a cap, a matmul gives exactly what that family gives.
+  const Weights w = make_weights({DType::Q4, 32, "q4g32"}, 9, 256, 5);
+  const std::vector<float> x = make_x(3, 256, 6);
+  for (Isa cap : available_isas()) {
+    SCOPED_TRACE(isa_name(cap));
+    std::vector<float> a(27), b(27);
+    {
+      IsaGuard guard(cap);
+      matmul(w.view(), x.data(), 3, a.data(), nullptr, MatmulMode::Fast);
+    }
+    {
+      IsaGuard guard(cap);
+      matmul(w.view(), x.data(), 3, b.data(), nullptr, MatmulMode::Fast);
+    }
+    EXPECT_EQ(a, b);
+  }
+}
+
+// LLM_CPU_ISA is read once, at first detection: checked in child processes
+// (this binary again, filtered to this test) that start with it set; a child
+// knows it is one by LLM_CPU_ISA_EXPECT.
+void env_child(const char* expect) {
+  Isa want;
+  ASSERT_TRUE(parse_isa(expect, &want));
+  EXPECT_EQ(max_isa(), want);
+  EXPECT_EQ(active_isa(), std::min(want, best_isa()));
+  set_max_isa(Isa::Scalar);  // the API overrides the variable
+  EXPECT_EQ(active_isa(), Isa::Scalar);
+}
+
+TEST(CpuFeatures, EnvVariable) {
+  if (const char* expect = std::getenv("LLM_CPU_ISA_EXPECT")) {
+    env_child(expect);
+    return;
+  }
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len <= 0) GTEST_SKIP() << "no /proc/self/exe";
+  self[len] = '\0';
+  struct Case {
+    const char* value;
+    const char* expect;
+  };
+  for (const Case& c : {Case{"scalar", "scalar"}, Case{"avx2", "avx2"}, Case{"AVX512", "avx512"},
+                        Case{"bogus", "avx512"}, Case{"", "avx512"}}) {
+    SCOPED_TRACE(c.value);
+    const std::string cmd = std::string("LLM_CPU_ISA='") + c.value + "' LLM_CPU_ISA_EXPECT=" +
+                            c.expect + " '" + self +
+                            "' --gtest_filter=CpuFeatures.EnvVariable >/dev/null 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
 }
 
 }  // namespace

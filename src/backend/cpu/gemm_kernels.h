@@ -1,6 +1,7 @@
 // Internal interface between the matmul dispatcher (matmul.cpp) and its
-// kernels: portable scalar ones (matmul.cpp) and AVX2/FMA/F16C ones
-// (matmul_avx2.cpp, only called when use_avx2_kernels() is true).
+// kernels: portable scalar ones (matmul.cpp), AVX2/FMA/F16C ones
+// (matmul_avx2.cpp, only called when use_avx2_kernels() is true) and
+// AVX-512 ones (matmul_avx512.cpp, only when use_avx512_kernels() is true).
 //
 // Every kernel computes rows [r0, r1) of y[n, rows] = x[n, cols] . W^T; the
 // dispatcher splits rows across threads in multiples of kRowTile so a thread
@@ -47,6 +48,24 @@ void matmul_q_avx2(const WeightView& w, const QuantX& x, int64_t n, float* y, in
 // F32/F16/BF16 and Reference mode for all).
 void matmul_f_avx2(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0,
                    int64_t r1);
+
+// AVX-512 family. Activations for the integer path come in "quads" of 4
+// blocks (128 values); each quad of an x row is kQuadBytes bytes:
+//   [  0.. 63] values 0..15 of blocks 0, 1, 2, 3 (16 int8 each)
+//   [ 64..127] values 16..31 of blocks 0, 1, 2, 3
+//   [128..191] 16 int32: -K * (sum of the 8 int8 that meet int32 lane l in
+//              vpdpbusd), K = 128 for Q8 weights, 8 for Q4 (the offsets of
+//              the unsigned weight encodings, see matmul_avx512.cpp)
+//   [192..255] 16 floats: block scale d, lanes 4j..4j+3 = block j
+// Blocks past the end of the row are zero. Rows are quad_count * kQuadBytes
+// apart.
+constexpr int64_t kQuadBytes = 256;
+inline int64_t quad_count(int64_t cols) { return (cols / 32 + 3) / 4; }
+void quantize_x_avx512(const float* x, int64_t n, int64_t cols, uint8_t* out, bool q8);
+void matmul_q_avx512(const WeightView& w, const uint8_t* xq, int64_t n, float* y, int64_t r0,
+                     int64_t r1);
+void matmul_f_avx512(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0,
+                     int64_t r1);
 #endif
 
 }  // namespace llm::cpu::kern

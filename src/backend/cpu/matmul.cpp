@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -183,11 +184,27 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
   }
   LLM_CHECK(x != nullptr, LLM_ERR_INVALID_ARGUMENT, "matmul: null x");
   const bool avx2 = use_avx2_kernels();
+  const bool avx512 = use_avx512_kernels();  // implies avx2
   (void)avx2;  // only read where the AVX2 kernels are compiled in
+  (void)avx512;
   const bool int8 = mode == MatmulMode::Fast && dtype_is_quantized(w.dtype);
 
   kern::QuantX xq;
-  if (int8) {
+  const uint8_t* xq512 = nullptr;  // the AVX-512 kernels' quad layout
+#if defined(LLM_AVX512_KERNELS)
+  if (int8 && avx512) {
+    // Grows to the largest call seen, then no allocation per call; 64-byte
+    // aligned so every quad is one cache line per part.
+    thread_local std::vector<uint8_t> quads;
+    const size_t bytes = size_t(n) * size_t(kern::quad_count(w.cols)) * size_t(kern::kQuadBytes);
+    if (quads.size() < bytes + 64) quads.resize(bytes + 64);
+    uint8_t* p = quads.data();
+    p += (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
+    kern::quantize_x_avx512(x, n, w.cols, p, w.dtype == DType::Q8);
+    xq512 = p;
+  }
+#endif
+  if (int8 && xq512 == nullptr) {
     thread_local QuantScratch scratch;
     const size_t nq = size_t(n) * size_t(w.cols);
     if (scratch.q.size() < nq) scratch.q.resize(nq);
@@ -215,6 +232,15 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
     const int64_t r0 = t0 * kern::kRowTile;
     const int64_t r1 = std::min(w.rows, t1 * kern::kRowTile);
     if (r0 >= r1) return;
+#if defined(LLM_AVX512_KERNELS)
+    if (avx512) {
+      if (int8)
+        kern::matmul_q_avx512(w, xq512, n, y, r0, r1);
+      else
+        kern::matmul_f_avx512(w, x, n, y, r0, r1);
+      return;
+    }
+#endif
 #if defined(__x86_64__) || defined(_M_X64)
     if (avx2) {
       if (int8)

@@ -1,0 +1,587 @@
+// AVX-512 (F/BW/VL/DQ/VNNI) + FMA/F16C matmul kernels. Compiled with those
+// flags (src/CMakeLists.txt) and only entered after use_avx512_kernels()
+// (cpu_features.h) said yes.
+//
+// Two families, like matmul_avx2.cpp, on register tiles of R <= 4 W rows x
+// C x rows, 16 lanes along k, one horizontal sum per output (per K block):
+//   * matmul_q_avx512 (Fast mode, Q8/Q4): activations quantized to int8
+//     blocks of 32 (the same q and d as quantize_x_scalar) and laid out in
+//     quads of 4 blocks (gemm_kernels.h). A W quad is brought into the same
+//     layout as two registers of unsigned bytes, so one quad of one (row,
+//     x row) pair is two vpdpbusd, one conversion, one scale product and one
+//     FMA: 128 multiply-adds in 5 instructions.
+//       Q4: the nibbles 0..15 are the unsigned operand as they are; the -8
+//       offset is the -8 * (x sum) the x layout starts each dot from.
+//       Q8: w + 128 (w XOR 0x80) is the unsigned operand; -128 * (x sum)
+//       comes off the same way. Both are exact in int32.
+//       decode  (n == 1): 4-row tiles, the next tiles software-prefetched;
+//       prefill (n > 1):  4 W rows x 4 x rows per tile; x rows are taken in
+//                         blocks that stay in L2 while every W tile (L1)
+//                         passes over them.
+//   * matmul_f_avx512 (f32 accumulation of exactly dequantized weights):
+//     F32, F16, BF16 in both modes, Q8/Q4 in Reference mode.
+//       decode:  one row at a time (one sequential stream), 4 partial sums;
+//       prefill: K blocks of 1024; a 4-row tile is dequantized once into an
+//                L1 buffer and 6 x rows at a time (24 accumulators) run over
+//                it, x rows again in L2-sized blocks.
+//
+// Canonical summation order (batch invariance): an output never depends on
+// n, on the tile it landed in or on the thread count, so every tile shape
+// below follows one order per output, for this family:
+//   integer: quads q = 0, 1, ... in order; per quad the exact int32 dot
+//     lanes t are converted and acc = fma(float(t), dw * dx, acc) in 16
+//     lanes (lane 4j + i belongs to block j of the quad; missing blocks of
+//     the last quad are zero and add +0); the output is hsum16(acc).
+//   f32: per K block of kFKBlock values, 16-float vector v = k / 16 goes
+//     into partial sum v % 4, the partials are combined as (p0 + p1) +
+//     (p2 + p3) and reduced by hsum16; the scalar tail k >= 16 * (len / 16)
+//     (only in the last block) is a chain of FMAs from 0 added last. Block
+//     sums are added to y in K order.
+//   hsum16(v): the 256-bit halves added, then 128-bit halves, then
+//     ((l0 + l2) + (l1 + l3)).
+// This order differs from the AVX2 family's, so results are bit-identical
+// within a family, not across families. tests/ops check this bit for bit.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cpu/gemm_kernels.h"
+
+namespace llm::cpu::kern {
+
+namespace {
+
+// Loops over the tile's rows/columns must be fully unrolled so accumulators
+// stay in registers, whatever the optimisation level (-O2 keeps them rolled).
+#define LLM_UNROLL _Pragma("GCC unroll 16")
+
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
+
+inline float fmadd1(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hsum16(__m512 v) {
+  return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+// Prefetches the N bytes at p (a later tile, decode only).
+template <int N>
+inline void prefetch_span(const uint8_t* p) {
+  LLM_UNROLL for (int i = 0; i < N; i += 64) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+}
+
+// Decode streams W from memory: a 4-row tile is only a few KiB, too short for
+// the hardware prefetcher to ramp up on each of its row streams, so the
+// kernels prefetch kPrefetchBytes ahead linearly as they go.
+constexpr size_t kPrefetchBytes = 8192;
+
+// ---------------------------------------------------------------------------
+// Activation quantization into the quad layout (gemm_kernels.h). q and d are
+// those of quantize_x_scalar bit for bit: same amax, same scalar d = amax /
+// 127 and id = 1 / d, x * id rounded to nearest even (vcvtps2dq under the
+// default MXCSR == nearbyint); |q| <= 127, so the saturating narrowing
+// vpmovsdb never saturates.
+
+void quantize_row_quads(const float* x, int64_t cols, uint8_t* out, int shift) {
+  const int64_t nb = cols / 32, nq = quad_count(cols);
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t q = 0; q < nq; ++q) {
+    uint8_t* o = out + q * kQuadBytes;
+    alignas(64) float dx[16];
+    LLM_UNROLL for (int j = 0; j < 4; ++j) {
+      const int64_t b = 4 * q + j;
+      __m128i q0 = _mm_setzero_si128(), q1 = _mm_setzero_si128();
+      float d = 0.0f;
+      if (b < nb) {
+        const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        d = amax / 127.0f;
+        const __m512 vid = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)));
+        q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vid)));
+      }
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 16 * j), q0);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 64 + 16 * j), q1);
+      LLM_UNROLL for (int i = 0; i < 4; ++i) dx[4 * j + i] = d;
+    }
+    // Lane sums of exactly the bytes each int32 lane of vpdpbusd will see.
+    __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, load512(o));
+    s = _mm512_dpbusd_epi32(s, ones, load512(o + 64));
+    const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, unsigned(shift)));
+    _mm512_storeu_si512(o + 128, corr);
+    _mm512_storeu_ps(reinterpret_cast<float*>(o + 192), _mm512_load_ps(dx));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Integer tiles. G == 0 is Q8 (34-byte blocks of 32 int8), else Q4 group G.
+
+template <int G>
+struct QQuad {
+  static constexpr int BB = G == 0 ? 34 : 2 + G / 2;  // bytes per weight group
+  static constexpr int GPQ = G == 0 ? 4 : 128 / G;    // weight groups per quad
+  static constexpr int QB = BB * GPQ;                 // bytes of one row's quad
+  static constexpr int BPG = G == 0 ? 1 : G / 32;     // activation blocks per group
+};
+
+// One row's quad at p in the x quad layout: a = the unsigned bytes meeting
+// values 0..15 of blocks 0..3, b = values 16..31; dw = the 16 lane scales.
+//
+// Q4 g32: block j's 16 bytes hold values 0..15 (low nibbles) and 16..31
+//   (high): a = the four blocks' bytes & 15, b = >> 4.
+// Q4 g64: group A = blocks 0, 1 (value j low nibble of byte j, value j + 32
+//   high), group B = blocks 2, 3. With V = [A0..15 | A16..31 | B0..15 |
+//   B16..31] (128-bit lanes), a = [A0..15 lo | A0..15 hi | B0..15 lo |
+//   B0..15 hi]: a lane shuffle, then a per-lane shift of 0 or 4.
+// Q4 g128: one group of 64 bytes, value j + 64 in the high nibble of byte
+//   j; blocks 0..3 = lo(0..31), lo(32..63), hi(0..31), hi(32..63), so a =
+//   lanes [0, 2, 0, 2] shifted [0, 0, 4, 4], b = lanes [1, 3, 1, 3].
+// Q8: 16-byte halves of the 4 blocks, XOR 0x80 (w + 128 as unsigned).
+template <int G>
+inline void w_quad(const uint8_t* p, __m512i& a, __m512i& b, __m512& dw) {
+  constexpr int BB = QQuad<G>::BB;
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  uint64_t h;  // the f16 scale of block j in bits 16j..16j+15
+  if constexpr (G == 0 || G == 32) {
+    constexpr int off = G == 0 ? 16 : 0;
+    __m512i v0 = _mm512_castsi128_si512(load128(p + 2));
+    v0 = _mm512_inserti32x4(v0, load128(p + BB + 2), 1);
+    v0 = _mm512_inserti32x4(v0, load128(p + 2 * BB + 2), 2);
+    v0 = _mm512_inserti32x4(v0, load128(p + 3 * BB + 2), 3);
+    if constexpr (G == 0) {
+      __m512i v1 = _mm512_castsi128_si512(load128(p + 2 + off));
+      v1 = _mm512_inserti32x4(v1, load128(p + BB + 2 + off), 1);
+      v1 = _mm512_inserti32x4(v1, load128(p + 2 * BB + 2 + off), 2);
+      v1 = _mm512_inserti32x4(v1, load128(p + 3 * BB + 2 + off), 3);
+      const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+      a = _mm512_xor_si512(v0, bias);
+      b = _mm512_xor_si512(v1, bias);
+    } else {
+      a = _mm512_and_si512(v0, m4);
+      b = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4);
+    }
+    h = uint64_t(load_u16(p)) | uint64_t(load_u16(p + BB)) << 16 |
+        uint64_t(load_u16(p + 2 * BB)) << 32 | uint64_t(load_u16(p + 3 * BB)) << 48;
+  } else if constexpr (G == 64) {
+    __m512i v = _mm512_castsi256_si512(load256(p + 2));
+    v = _mm512_inserti64x4(v, load256(p + BB + 2), 1);
+    const __m512i sh = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
+    a = _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(v, v, 0xA0), sh), m4);
+    b = _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(v, v, 0xF5), sh), m4);
+    const uint64_t da = load_u16(p), db = load_u16(p + BB);
+    h = da | da << 16 | db << 32 | db << 48;
+  } else {
+    static_assert(G == 128, "Q4 groups are 32, 64 or 128");
+    const __m512i v = load512(p + 2);
+    const __m512i sh = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+    a = _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(v, v, 0x88), sh), m4);
+    b = _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(v, v, 0xDD), sh), m4);
+    h = uint64_t(load_u16(p)) * 0x0001000100010001ull;
+  }
+  const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  dw = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(h)))));
+}
+
+// R W rows at w (byte stride rb) x C x rows at xq (byte stride xs) over all
+// quads of the row: nqf full quads, then a last quad of tail_bytes weight
+// bytes (fewer than 4 blocks; 0: none), zero-padded through a stack copy so
+// that no load reads past the row. Writes y[c * ys + r].
+template <int G, int R, int C>
+void q_tile(const uint8_t* w, size_t rb, int64_t nqf, int tail_bytes, const uint8_t* xq,
+            int64_t xs, float* y, int64_t ys, const uint8_t* pf) {
+  constexpr int QB = QQuad<G>::QB;
+  __m512 acc[R][C];
+  LLM_UNROLL for (int r = 0; r < R; ++r)
+    LLM_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  auto quad = [&](const uint8_t* const* wp, const uint8_t* xp) {
+    __m512i a[R], b[R];
+    __m512 dw[R];
+    LLM_UNROLL for (int r = 0; r < R; ++r) w_quad<G>(wp[r], a[r], b[r], dw[r]);
+    LLM_UNROLL for (int c = 0; c < C; ++c) {
+      const uint8_t* xc = xp + c * xs;
+      const __m512i xa = load512(xc), xb = load512(xc + 64);
+      const __m512i corr = load512(xc + 128);
+      const __m512 dx = _mm512_loadu_ps(reinterpret_cast<const float*>(xc + 192));
+      LLM_UNROLL for (int r = 0; r < R; ++r) {
+        __m512i t = _mm512_dpbusd_epi32(corr, a[r], xa);
+        t = _mm512_dpbusd_epi32(t, b[r], xb);
+        acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw[r], dx), acc[r][c]);
+      }
+    }
+  };
+  for (int64_t q = 0; q < nqf; ++q) {
+    if (pf) prefetch_span<R * QB + 63>(pf + q * R * QB);
+    const uint8_t* wp[R];
+    LLM_UNROLL for (int r = 0; r < R; ++r) wp[r] = w + r * rb + q * QB;
+    quad(wp, xq + q * kQuadBytes);
+  }
+  if (tail_bytes > 0) {
+    alignas(64) uint8_t tb[R][QB];
+    const uint8_t* wp[R];
+    LLM_UNROLL for (int r = 0; r < R; ++r) {
+      std::memset(tb[r], 0, QB);
+      std::memcpy(tb[r], w + r * rb + nqf * QB, size_t(tail_bytes));
+      wp[r] = tb[r];
+    }
+    quad(wp, xq + nqf * kQuadBytes);
+  }
+  LLM_UNROLL for (int c = 0; c < C; ++c)
+    LLM_UNROLL for (int r = 0; r < R; ++r) y[c * ys + r] = hsum16(acc[r][c]);
+}
+
+// x rows per integer tile when n > 1: 16 accumulators, 8 W registers and
+// the x operands as memory operands just fit the 32 zmm registers.
+constexpr int kQCols = 4;
+
+// x rows per L2 block (prefill): every 4-row W tile passes over a block of
+// x rows before the next block, so x comes from L2 rather than L3.
+constexpr int64_t kXBlockBytes = 384 << 10;
+
+template <int G, int R>
+void q_rows(const WeightView& w, const uint8_t* wr, const uint8_t* xq, int64_t xs, int64_t n,
+            float* y) {
+  constexpr int QB = QQuad<G>::QB, BB = QQuad<G>::BB, BPG = QQuad<G>::BPG;
+  const int64_t nb = w.cols / 32;
+  const int64_t nqf = nb / 4;
+  const int tail_bytes = int((nb % 4) / BPG) * BB;
+  (void)QB;
+  if (n == 1) {
+    const size_t span = R * w.row_bytes;
+    const size_t ahead = std::max<size_t>(1, (kPrefetchBytes + span - 1) / span) * span;
+    q_tile<G, R, 1>(wr, w.row_bytes, nqf, tail_bytes, xq, xs, y, w.rows, wr + ahead);
+    return;
+  }
+  int64_t c0 = 0;
+  for (; c0 + kQCols <= n; c0 += kQCols)
+    q_tile<G, R, kQCols>(wr, w.row_bytes, nqf, tail_bytes, xq + c0 * xs, xs, y + c0 * w.rows,
+                         w.rows, nullptr);
+  switch (n - c0) {
+    case 3:
+      q_tile<G, R, 3>(wr, w.row_bytes, nqf, tail_bytes, xq + c0 * xs, xs, y + c0 * w.rows, w.rows,
+                      nullptr);
+      break;
+    case 2:
+      q_tile<G, R, 2>(wr, w.row_bytes, nqf, tail_bytes, xq + c0 * xs, xs, y + c0 * w.rows, w.rows,
+                      nullptr);
+      break;
+    case 1:
+      q_tile<G, R, 1>(wr, w.row_bytes, nqf, tail_bytes, xq + c0 * xs, xs, y + c0 * w.rows, w.rows,
+                      nullptr);
+      break;
+    default: break;
+  }
+}
+
+template <int G>
+void q_matmul(const WeightView& w, const uint8_t* xq, int64_t n, float* y, int64_t r0,
+              int64_t r1) {
+  const int64_t xs = quad_count(w.cols) * kQuadBytes;
+  const int64_t xblock = std::max<int64_t>(kQCols, kXBlockBytes / xs / kQCols * kQCols);
+  for (int64_t c0 = 0; c0 < n; c0 += xblock) {
+    const int64_t nc = std::min(xblock, n - c0);
+    const uint8_t* xc = xq + c0 * xs;
+    float* yc = y + c0 * w.rows;
+    for (int64_t r = r0; r < r1; r += kRowTile) {
+      const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
+      switch (std::min<int64_t>(kRowTile, r1 - r)) {
+        case 4: q_rows<G, 4>(w, wr, xc, xs, nc, yc + r); break;
+        case 3: q_rows<G, 3>(w, wr, xc, xs, nc, yc + r); break;
+        case 2: q_rows<G, 2>(w, wr, xc, xs, nc, yc + r); break;
+        default: q_rows<G, 1>(w, wr, xc, xs, nc, yc + r); break;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// f32 tiles: W rows come through a loader that turns 16 stored values at
+// element k into 16 floats (exact conversions).
+
+struct LoadF32 {
+  static constexpr int kBytes = 4;
+  static __m512 load16(const uint8_t* row, int64_t k) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  }
+  static float load1(const uint8_t* row, int64_t k) {
+    float v;
+    std::memcpy(&v, row + 4 * k, 4);
+    return v;
+  }
+};
+
+struct LoadF16 {
+  static constexpr int kBytes = 2;
+  static __m512 load16(const uint8_t* row, int64_t k) { return _mm512_cvtph_ps(load256(row + 2 * k)); }
+  static float load1(const uint8_t* row, int64_t k) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(load_u16(row + 2 * k))));
+  }
+};
+
+struct LoadBF16 {
+  static constexpr int kBytes = 2;
+  static __m512 load16(const uint8_t* row, int64_t k) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load256(row + 2 * k)), 16));
+  }
+  static float load1(const uint8_t* row, int64_t k) {
+    const uint32_t u = uint32_t(load_u16(row + 2 * k)) << 16;
+    float v;
+    std::memcpy(&v, &u, 4);
+    return v;
+  }
+};
+
+// R W rows (byte stride ws, loader L) x C x rows (float stride xs), k in
+// [0, len), in the canonical f32 order (top of the file). Small tiles
+// (decode) keep the four partials in registers and stream W once; big tiles
+// (prefill) compute the partials one after the other, each a pass over the
+// cache lines v % 4 == u of the L1-resident tile (16 floats = one line, so
+// the passes touch disjoint lines and cost no extra traffic).
+template <class L, int R, int C>
+void f_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t len, float* y,
+            int64_t ys, bool accumulate, const uint8_t* pf = nullptr) {
+  constexpr int kSets = 4;
+  const int64_t nv = len / 16;
+  __m512 part[kSets][R][C];
+  auto step = [&](int64_t v, __m512 (&acc)[R][C]) {
+    const int64_t k = 16 * v;
+    LLM_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512 wv = L::load16(w + r * ws, k);
+      LLM_UNROLL for (int c = 0; c < C; ++c)
+        acc[r][c] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + c * xs + k), acc[r][c]);
+    }
+  };
+  if constexpr (R * C * kSets <= 16) {
+    LLM_UNROLL for (int u = 0; u < kSets; ++u)
+      LLM_UNROLL for (int r = 0; r < R; ++r)
+        LLM_UNROLL for (int c = 0; c < C; ++c) part[u][r][c] = _mm512_setzero_ps();
+    int64_t v = 0;
+    for (; v + kSets <= nv; v += kSets) {
+      if (pf) prefetch_span<R * 16 * kSets * L::kBytes>(pf + v * 16 * R * L::kBytes);
+      LLM_UNROLL for (int u = 0; u < kSets; ++u) step(v + u, part[u]);
+    }
+    LLM_UNROLL for (int u = 0; u < kSets - 1; ++u)
+      if (v + u < nv) step(v + u, part[u]);
+  } else {
+    LLM_UNROLL for (int u = 0; u < kSets; ++u) {
+      __m512 acc[R][C];
+      LLM_UNROLL for (int r = 0; r < R; ++r)
+        LLM_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+      for (int64_t v = u; v < nv; v += kSets) step(v, acc);
+      LLM_UNROLL for (int r = 0; r < R; ++r)
+        LLM_UNROLL for (int c = 0; c < C; ++c) part[u][r][c] = acc[r][c];
+    }
+  }
+  float tail[R][C] = {};
+  for (int64_t k = 16 * nv; k < len; ++k) {
+    LLM_UNROLL for (int r = 0; r < R; ++r) {
+      const float wk = L::load1(w + r * ws, k);
+      // Explicit FMA: left to the compiler, a*b+c may or may not be contracted
+      // depending on the instantiation, which would break batch invariance.
+      LLM_UNROLL for (int c = 0; c < C; ++c) tail[r][c] = fmadd1(wk, x[c * xs + k], tail[r][c]);
+    }
+  }
+  LLM_UNROLL for (int c = 0; c < C; ++c) {
+    float* yc = y + c * ys;
+    LLM_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512 t = _mm512_add_ps(_mm512_add_ps(part[0][r][c], part[1][r][c]),
+                                     _mm512_add_ps(part[2][r][c], part[3][r][c]));
+      const float v = hsum16(t) + tail[r][c];
+      yc[r] = accumulate ? yc[r] + v : v;
+    }
+  }
+}
+
+// K block of the f32 path: a 4-row tile of dequantized W (4 x 1024 floats =
+// 16 KiB) stays in L1 while the x rows stream past it. A multiple of 128 so
+// quantized groups never straddle blocks, and of 16 so only the last block
+// has a scalar tail.
+constexpr int64_t kFKBlock = 1024;
+
+// x rows per f32 tile when n > 1: 4 x 6 accumulators + 4 W vectors + 1 x.
+constexpr int kFCols = 6;
+
+template <class L, int R>
+void f_rows(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, int64_t len,
+            float* y, int64_t ys, bool accumulate) {
+  int64_t c0 = 0;
+  for (; c0 + kFCols <= n; c0 += kFCols)
+    f_tile<L, R, kFCols>(w, ws, x + c0 * xs, xs, len, y + c0 * ys, ys, accumulate);
+  const float* xc = x + c0 * xs;
+  float* yc = y + c0 * ys;
+  switch (n - c0) {
+    case 5: f_tile<L, R, 5>(w, ws, xc, xs, len, yc, ys, accumulate); break;
+    case 4: f_tile<L, R, 4>(w, ws, xc, xs, len, yc, ys, accumulate); break;
+    case 3: f_tile<L, R, 3>(w, ws, xc, xs, len, yc, ys, accumulate); break;
+    case 2: f_tile<L, R, 2>(w, ws, xc, xs, len, yc, ys, accumulate); break;
+    case 1: f_tile<L, R, 1>(w, ws, xc, xs, len, yc, ys, accumulate); break;
+    default: break;
+  }
+}
+
+template <class L>
+void f_rows_any(int64_t nr, const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n,
+                int64_t len, float* y, int64_t ys, bool accumulate) {
+  switch (nr) {
+    case 4: f_rows<L, 4>(w, ws, x, xs, n, len, y, ys, accumulate); break;
+    case 3: f_rows<L, 3>(w, ws, x, xs, n, len, y, ys, accumulate); break;
+    case 2: f_rows<L, 2>(w, ws, x, xs, n, len, y, ys, accumulate); break;
+    case 1: f_rows<L, 1>(w, ws, x, xs, n, len, y, ys, accumulate); break;
+    default: break;
+  }
+}
+
+// Decode (n == 1) for F32/F16/BF16: one row at a time, a single sequential
+// stream, converting in registers.
+template <class L>
+void f_gemv(const WeightView& w, const float* x, float* y, int64_t r0, int64_t r1) {
+  const size_t ahead = std::max<size_t>(1, (kPrefetchBytes + w.row_bytes - 1) / w.row_bytes) * w.row_bytes;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
+    // Same K blocks as the prefill path (matmul_f_avx512), for batch invariance.
+    for (int64_t k0 = 0; k0 < w.cols; k0 += kFKBlock) {
+      f_tile<L, 1, 1>(wr + k0 * L::kBytes, w.row_bytes, x + k0, w.cols,
+                      std::min(kFKBlock, w.cols - k0), y + r, w.rows, k0 > 0,
+                      wr + ahead + k0 * L::kBytes);
+    }
+  }
+}
+
+// Dequantizes values [k0, k0 + len) of one stored row into dst (exactly the
+// values dequantize_row gives: d * q rounded once). For Q types k0 and len
+// are multiples of the group.
+void dequant_segment(const WeightView& w, const uint8_t* row, int64_t k0, int64_t len,
+                     float* dst) {
+  switch (w.dtype) {
+    case DType::F32:
+      std::memcpy(dst, row + 4 * k0, size_t(len) * 4);
+      return;
+    case DType::F16:
+    case DType::BF16: {
+      int64_t k = 0;
+      if (w.dtype == DType::F16) {
+        for (; k + 16 <= len; k += 16) _mm512_storeu_ps(dst + k, LoadF16::load16(row, k0 + k));
+        for (; k < len; ++k) dst[k] = LoadF16::load1(row, k0 + k);
+      } else {
+        for (; k + 16 <= len; k += 16) _mm512_storeu_ps(dst + k, LoadBF16::load16(row, k0 + k));
+        for (; k < len; ++k) dst[k] = LoadBF16::load1(row, k0 + k);
+      }
+      return;
+    }
+    case DType::Q8: {
+      for (int64_t b = k0 / 32; b < (k0 + len) / 32; ++b) {
+        const uint8_t* blk = row + b * 34;
+        const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(load_u16(blk))));
+        float* out = dst + (b * 32 - k0);
+        LLM_UNROLL for (int i = 0; i < 2; ++i) {
+          const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load128(blk + 2 + 16 * i)));
+          _mm512_storeu_ps(out + 16 * i, _mm512_mul_ps(d, q));
+        }
+      }
+      return;
+    }
+    case DType::Q4: {
+      const int64_t g = w.group, half = g / 2, gb = 2 + half;
+      const __m512i m4 = _mm512_set1_epi32(0x0f);
+      const __m512i eight = _mm512_set1_epi32(8);
+      for (int64_t b = k0 / g; b < (k0 + len) / g; ++b) {
+        const uint8_t* blk = row + b * gb;
+        const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(load_u16(blk))));
+        float* out = dst + (b * g - k0);
+        for (int64_t j = 0; j < half; j += 16) {
+          const __m512i v = _mm512_cvtepu8_epi32(load128(blk + 2 + j));
+          const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(v, m4), eight);
+          const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight);
+          _mm512_storeu_ps(out + j, _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)));
+          _mm512_storeu_ps(out + half + j, _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)));
+        }
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_x_avx512(const float* x, int64_t n, int64_t cols, uint8_t* out, bool q8) {
+  const int64_t xs = quad_count(cols) * kQuadBytes;
+  for (int64_t i = 0; i < n; ++i) quantize_row_quads(x + i * cols, cols, out + i * xs, q8 ? 7 : 3);
+}
+
+void matmul_q_avx512(const WeightView& w, const uint8_t* xq, int64_t n, float* y, int64_t r0,
+                     int64_t r1) {
+  if (w.dtype == DType::Q8) {
+    q_matmul<0>(w, xq, n, y, r0, r1);
+  } else if (w.group == 32) {
+    q_matmul<32>(w, xq, n, y, r0, r1);
+  } else if (w.group == 64) {
+    q_matmul<64>(w, xq, n, y, r0, r1);
+  } else {
+    q_matmul<128>(w, xq, n, y, r0, r1);
+  }
+}
+
+void matmul_f_avx512(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0,
+                     int64_t r1) {
+  const int64_t cols = w.cols;
+  // Decode of an unquantized type: stream W once, converting in registers.
+  if (n == 1 && !dtype_is_quantized(w.dtype)) {
+    switch (w.dtype) {
+      case DType::F16: f_gemv<LoadF16>(w, x, y, r0, r1); break;
+      case DType::BF16: f_gemv<LoadBF16>(w, x, y, r0, r1); break;
+      default: f_gemv<LoadF32>(w, x, y, r0, r1); break;
+    }
+    return;
+  }
+  // Otherwise: per K block, block of x rows (L2) and 4-row tile, dequantize
+  // the tile once into an L1-sized buffer (F32 is used in place) and run the
+  // block's x rows over it.
+  thread_local std::vector<float> buf;
+  if (buf.size() < size_t(kRowTile * kFKBlock)) buf.resize(size_t(kRowTile * kFKBlock));
+  for (int64_t k0 = 0; k0 < cols; k0 += kFKBlock) {
+    const int64_t len = std::min(kFKBlock, cols - k0);
+    const int64_t xblock = std::max<int64_t>(kFCols, kXBlockBytes / (len * 4) / kFCols * kFCols);
+    for (int64_t c0 = 0; c0 < n; c0 += xblock) {
+      const int64_t nc = std::min(xblock, n - c0);
+      for (int64_t r = r0; r < r1; r += kRowTile) {
+        const int64_t nr = std::min<int64_t>(kRowTile, r1 - r);
+        const uint8_t* wt;
+        size_t ws;
+        if (w.dtype == DType::F32) {
+          wt = w.data + size_t(r) * w.row_bytes + size_t(k0) * 4;
+          ws = w.row_bytes;
+        } else {
+          for (int64_t i = 0; i < nr; ++i)
+            dequant_segment(w, w.data + size_t(r + i) * w.row_bytes, k0, len,
+                            buf.data() + i * kFKBlock);
+          wt = reinterpret_cast<const uint8_t*>(buf.data());
+          ws = kFKBlock * sizeof(float);
+        }
+        f_rows_any<LoadF32>(nr, wt, ws, x + c0 * cols + k0, cols, nc, len, y + c0 * w.rows + r,
+                            w.rows, k0 > 0);
+      }
+    }
+  }
+}
+
+}  // namespace llm::cpu::kern
+
+#undef LLM_UNROLL
