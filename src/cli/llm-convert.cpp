@@ -3,7 +3,7 @@
 // rounding calibrated on a text); or a synthetic model of a real shape
 // (random weights) for benchmarks.
 //
-//   llm-convert INPUT [--tokenizer FILE] -o OUT.llm [--quant f32|f16|bf16|q8|q4] [--group 32|64|128] [--no-zstd]
+//   llm-convert INPUT [--tokenizer FILE] -o OUT.llm [--quant f32|f16|bf16|q8|q4|q4m] [--group 32|64|128] [--no-zstd]
 //               [--embd-quant Q] [--awq CALIB.txt [--awq-clip]] [--gptq CALIB.txt]
 //   llm-convert --synthetic tinyllama-1.1b|llama-3-8b|stories260K-shape --quant Q -o OUT.llm
 //   llm-convert --info FILE.llm
@@ -51,14 +51,15 @@ const char* const kUsage =
     "      random N(0, 0.02) weights of the real shape and a placeholder vocabulary\n"
     "  llm-convert --info FILE.llm\n"
     "options:\n"
-    "  --quant f32|f16|bf16|q8|q4   weight format of the 2-D matrices (default: keep the input's)\n"
-    "  --group 32|64|128            q4 group size (default 32)\n"
-    "  --embd-quant f32|f16|bf16|q8|q4  format of token_embd and output (default: as --quant)\n"
+    "  --quant f32|f16|bf16|q8|q4|q4m  weight format of the 2-D matrices (default: keep the\n"
+    "                               input's); q4m = q4 with a per-group minimum (5 bits/weight at g32)\n"
+    "  --group 32|64|128            q4/q4m group size (default 32)\n"
+    "  --embd-quant f32|f16|bf16|q8|q4|q4m  format of token_embd and output (default: as --quant)\n"
     "  --awq CALIB.txt              AWQ: rescale q/k/v, gate/up, down (and an untied output) by\n"
     "                               activation statistics of the text before q4/q8 quantization\n"
     "  --awq-clip                   AWQ: also search a clipping range per quantization group\n"
     "  --awq-grid N                 AWQ: alpha grid size (default 20)\n"
-    "  --gptq CALIB.txt             GPTQ: error-compensating rounding of the q4/q8 layer matrices\n"
+    "  --gptq CALIB.txt             GPTQ: error-compensating rounding of the q4/q4m/q8 layer matrices\n"
     "  --gptq-damp X                GPTQ: Hessian damping, fraction of its mean diagonal (default 0.01)\n"
     "  --calib-samples N            calibration rows kept per layer input (default 2048)\n"
     "  --no-zstd                    store every tensor raw\n"
@@ -115,6 +116,7 @@ bool parse_dtype(const std::string& q, DType* out) {
   else if (q == "bf16") *out = DType::BF16;
   else if (q == "q8" || q == "q8_0") *out = DType::Q8;
   else if (q == "q4" || q == "q4_0") *out = DType::Q4;
+  else if (q == "q4m" || q == "q4_1") *out = DType::Q4M;
   else return false;
   return true;
 }
@@ -200,8 +202,8 @@ Args parse_args(int argc, char** argv) {
   if (!a.synthetic.empty() && !a.has_quant) usage_error("--synthetic needs --quant");
   if (!a.awq.empty() || !a.gptq.empty()) {
     if (!a.synthetic.empty()) usage_error("--awq/--gptq need a real model, not --synthetic");
-    if (!a.has_quant || (a.quant != DType::Q4 && a.quant != DType::Q8))
-      usage_error("--awq/--gptq need --quant q4 or q8");
+    if (!a.has_quant || !llm::dtype_is_quantized(a.quant))
+      usage_error("--awq/--gptq need --quant q4, q4m or q8");
     if (!a.awq.empty() && !a.gptq.empty() && a.awq != a.gptq)
       usage_error("--awq and --gptq must use the same calibration text");
   }
@@ -326,7 +328,7 @@ llm::LlmConvertOptions convert_options(const Args& a) {
 
 std::string recipe(const Args& a, size_t n_fallback) {
   std::string r = llm::dtype_name(a.quant);
-  if (a.quant == DType::Q4) r += " g" + std::to_string(a.group);
+  if (llm::dtype_is_q4(a.quant)) r += " g" + std::to_string(a.group);
   if (a.has_embd) r += std::string("; embeddings ") + llm::dtype_name(a.embd);
   if (!a.awq.empty()) r += a.awq_clip ? "; awq+clip" : "; awq";
   if (!a.gptq.empty()) r += "; gptq";

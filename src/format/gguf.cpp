@@ -433,10 +433,10 @@ VocabData read_vocab(const GgufFile& g, const Logger* log) {
 //   Q5_0, Q5_1, Q8_1            -> Q8 (5-bit and 8-bit blocks fit int8 losslessly or nearly)
 //   Q2_K .. Q6_K, Q8_K          -> Q8 (super-block scales and mins do not map onto one
 //                                      scale per 32 values; int8 keeps them within ~0.4% of a step)
-//   Q4_1, IQ4_NL                -> Q4 group 32 (same bit budget; the re-quantization adds
+//   IQ4_NL                      -> Q4 group 32 (same bit budget; the re-quantization adds
 //                                      error, a warning says so)
 //   any type, cols % 32 != 0    -> F32 (never happens for block-32/256 types, kept as a guard)
-// F32/F16/BF16, Q8_0 (= Q8) and Q4_0 (= Q4 g32) are stored as they are.
+// F32/F16/BF16, Q8_0 (= Q8), Q4_0 (= Q4 g32) and Q4_1 (= Q4M g32) are stored as they are.
 DType convert_target(GgmlType t, int64_t cols, uint32_t* group) {
   *group = 32;
   if (cols % 32 != 0) {
@@ -444,7 +444,6 @@ DType convert_target(GgmlType t, int64_t cols, uint32_t* group) {
     return DType::F32;
   }
   switch (t) {
-    case GgmlType::Q4_1:
     case GgmlType::IQ4_NL: return DType::Q4;
     default: return DType::Q8;
   }
@@ -568,6 +567,7 @@ ModelSource gguf_to_model_source(const GgufFile& gguf, std::shared_ptr<MappedFil
       case GgmlType::BF16: td.dtype = DType::BF16; break;
       case GgmlType::Q8_0: td.dtype = DType::Q8; td.group = 32; break;
       case GgmlType::Q4_0: td.dtype = DType::Q4; td.group = 32; break;
+      case GgmlType::Q4_1: td.dtype = DType::Q4M; td.group = 32; break;
       default: {
         // Not a native layout: decode exactly as ggml does, re-encode.
         const int64_t cols = td.cols(), rows = td.numel() / cols;

@@ -579,7 +579,7 @@ LlmFileInfo inspect_impl(const uint8_t* d, size_t n, bool with_table, ModelSourc
     t.skip(esize - 4);
     const char* nm = te.name.c_str();
     LLM_CHECK(names.insert(te.name).second, LLM_ERR_FORMAT, ".llm: duplicate tensor '%s'", nm);
-    LLM_CHECK(dtype <= uint32_t(DType::Q4), LLM_ERR_UNSUPPORTED, ".llm: tensor '%s' has unknown dtype %u", nm, dtype);
+    LLM_CHECK(dtype < kDTypeCount, LLM_ERR_UNSUPPORTED, ".llm: tensor '%s' has unknown dtype %u", nm, dtype);
     LLM_CHECK(codec <= uint32_t(LlmCodec::ZstdPlanes), LLM_ERR_UNSUPPORTED, ".llm: tensor '%s' has unknown codec %u",
               nm, codec);
     te.dtype = DType(dtype);
@@ -1126,7 +1126,7 @@ LlmTensorSpec plan_llm_tensor(const std::string& name, const std::vector<int64_t
   const int64_t cols = shape.back();
   const auto over = opts.overrides.find(name);
   const DType want = over != opts.overrides.end() ? over->second : opts.dtype;
-  const uint32_t group = want == DType::Q8 ? 32 : want == DType::Q4 ? opts.group : 0;
+  const uint32_t group = want == DType::Q8 ? 32 : dtype_is_q4(want) ? opts.group : 0;
   if (dtype_row_bytes(want, cols, group) != 0) {
     s.dtype = want;
     s.group = group;

@@ -376,8 +376,7 @@ void clip_search(float* Ws, int64_t rows, int64_t cols, const float* X, int64_t 
 
 ModelSource awq_apply(const ModelSource& src, const AwqCalibration& cal, const AwqOptions& opts, AwqReport* report,
                       ThreadPool* pool) {
-  LLM_CHECK(opts.dtype == DType::Q4 || opts.dtype == DType::Q8, LLM_ERR_INVALID_ARGUMENT,
-            "awq: the target format must be q4 or q8");
+  LLM_CHECK(dtype_is_quantized(opts.dtype), LLM_ERR_INVALID_ARGUMENT, "awq: the target format must be q4, q4m or q8");
   LLM_CHECK(opts.n_grid >= 1 && opts.n_grid <= 1000 && opts.n_clip_grid >= 1 && opts.n_clip_grid <= 1000,
             LLM_ERR_INVALID_ARGUMENT, "awq: bad grid size");
   LLM_CHECK(opts.fixed_alpha <= 1.0f, LLM_ERR_INVALID_ARGUMENT, "awq: alpha %g above 1", double(opts.fixed_alpha));
@@ -438,7 +437,7 @@ ModelSource awq_apply(const ModelSource& src, const AwqCalibration& cal, const A
         LLM_CHECK(t.shape.size() == 2 && t.cols() == cols, LLM_ERR_FORMAT, "awq: tensor '%s' does not take %lld inputs",
                   m.c_str(), (long long)cols);
         specs.push_back(plan_llm_tensor(m, t.shape, DType::F32, 0, co, nullptr));
-        if (specs.back().dtype != DType::Q4 && specs.back().dtype != DType::Q8) quantized = false;
+        if (!dtype_is_quantized(specs.back().dtype)) quantized = false;
         rows.push_back(t.rows());
       }
       if (!quantized) continue;
@@ -619,16 +618,27 @@ bool inverse_cholesky_upper(std::vector<double> H, int64_t n, std::vector<double
 
 // One row through GPTQ: w (updated in place, f32 [cols]) -> dst bytes of
 // (dtype, group). Scales follow the standard quantizers (Q8: max|w| / 127;
-// Q4: the signed value of largest magnitude / -8) of the updated group.
-void gptq_row(float* w, int64_t cols, const std::vector<double>& U, DType dtype, uint32_t group, uint8_t* dst) {
+// Q4: the signed value of largest magnitude / -8) of the updated group. Q4M
+// fits scale and minimum to the updated group (q4m_fit_group), each column
+// weighted by sqrt(H_jj): columns whose inputs are large count more, but
+// less than in proportion (GPTQ's error feedback already favours them).
+void gptq_row(float* w, int64_t cols, const std::vector<double>& U, const std::vector<float>& importance,
+              DType dtype, uint32_t group, uint8_t* dst) {
   const int64_t g = dtype == DType::Q8 ? 32 : int64_t(group);
-  const int64_t gbytes = dtype == DType::Q8 ? 34 : 2 + g / 2;
+  const int64_t hb = dtype == DType::Q8 ? 2 : q4_header_bytes(dtype);
+  const int64_t gbytes = dtype == DType::Q8 ? 34 : hb + g / 2;
   const int64_t half = g / 2;
-  float d = 0.0f;
+  float d = 0.0f, m = 0.0f;
   for (int64_t i = 0; i < cols; ++i) {
     const int64_t j = i % g;
     uint8_t* blk = dst + (i / g) * gbytes;
-    if (j == 0) {
+    if (j == 0 && dtype == DType::Q4M) {
+      q4m_fit_group(w + i, importance.data() + i, int(g), &d, &m);
+      const uint16_t hd = f32_to_f16(d), hm = f32_to_f16(m);
+      std::memcpy(blk, &hd, 2);
+      std::memcpy(blk + 2, &hm, 2);
+      std::memset(blk + 4, 0, size_t(half));
+    } else if (j == 0) {
       float amax = 0.0f, mx = 0.0f;
       for (int64_t e = i; e < i + g; ++e) {
         if (std::fabs(w[e]) > amax) {
@@ -642,7 +652,12 @@ void gptq_row(float* w, int64_t cols, const std::vector<double>& U, DType dtype,
       if (dtype == DType::Q4) std::memset(blk + 2, 0, size_t(half));
     }
     float deq;
-    if (dtype == DType::Q8) {
+    if (dtype == DType::Q4M) {
+      const int q = q4m_nibble(w[i], d, m);
+      if (j < half) blk[4 + j] = uint8_t(blk[4 + j] | q);
+      else blk[4 + j - half] = uint8_t(blk[4 + j - half] | (q << 4));
+      deq = float(q) * d + m;
+    } else if (dtype == DType::Q8) {
       float q = d != 0.0f ? std::round(w[i] / d) : 0.0f;
       q = std::min(127.0f, std::max(-127.0f, q == q ? q : 0.0f));
       reinterpret_cast<int8_t*>(blk + 2)[j] = int8_t(q);
@@ -716,7 +731,7 @@ ModelSource gptq_quantize(const ModelSource& src, const AwqCalibration& cal, con
         LLM_CHECK(t.shape.size() == 2 && t.cols() == cols, LLM_ERR_FORMAT, "gptq: tensor '%s' does not take %lld inputs",
                   name.c_str(), (long long)cols);
         const LlmTensorSpec s = plan_llm_tensor(name, t.shape, DType::F32, 0, co, nullptr);
-        if (s.dtype != DType::Q4 && s.dtype != DType::Q8) continue;
+        if (!dtype_is_quantized(s.dtype)) continue;
         todo.push_back(&t);
         specs.push_back(s);
       }
@@ -743,6 +758,8 @@ ModelSource gptq_quantize(const ModelSource& src, const AwqCalibration& cal, con
       // the factorisation succeeds.
       for (int64_t a = 0; a < cols; ++a)
         if (H[size_t(a * cols + a)] == 0.0) H[size_t(a * cols + a)] = mean_diag;
+      std::vector<float> importance(static_cast<size_t>(cols));
+      for (int64_t a = 0; a < cols; ++a) importance[size_t(a)] = float(std::sqrt(H[size_t(a * cols + a)]));
       std::vector<double> U;
       double d = damp;
       for (int attempt = 0;; ++attempt) {
@@ -762,7 +779,7 @@ ModelSource gptq_quantize(const ModelSource& src, const AwqCalibration& cal, con
         auto bytes = std::make_shared<std::vector<uint8_t>>(rb * size_t(rows));
         parallel_for(pool, rows, [&](int64_t r) {
           std::vector<float> w(W.begin() + std::ptrdiff_t(r * cols), W.begin() + std::ptrdiff_t((r + 1) * cols));
-          gptq_row(w.data(), cols, U, s.dtype, s.group, bytes->data() + size_t(r) * rb);
+          gptq_row(w.data(), cols, U, importance, s.dtype, s.group, bytes->data() + size_t(r) * rb);
         });
         if (report) {
           GptqTensorReport rep;

@@ -71,9 +71,85 @@ void quantize_q4_group(const float* x, uint8_t* out, int g) {
   }
 }
 
+void quantize_q4m_group(const float* x, const float* wt, uint8_t* out, int g) {
+  float d, m;
+  q4m_fit_group(x, wt, g, &d, &m);
+  store_half(out, d);
+  store_half(out + 2, m);
+  uint8_t* qs = out + 4;
+  const int h = g / 2;
+  for (int j = 0; j < h; ++j) qs[j] = uint8_t(q4m_nibble(x[j], d, m) | q4m_nibble(x[j + h], d, m) << 4);
+}
+
 }  // namespace
 
+int q4m_nibble(float x, float d, float m) {
+  if (d == 0.0f) return 0;
+  const float v = std::nearbyint((x - m) / d);
+  if (!(v > 0.0f)) return 0;  // also NaN
+  return v >= 15.0f ? 15 : int(v);
+}
+
+void q4m_fit_group(const float* x, const float* wt, int g, float* d_out, float* m_out) {
+  // Starting ranges: (lo, hi) scaled by these factors; 1.0 is plain min/max.
+  static const float kShrink[][2] = {{1.0f, 1.0f}, {0.95f, 0.95f}, {0.9f, 0.9f}, {1.0f, 0.9f},
+                                     {0.9f, 1.0f}, {0.85f, 0.85f}, {0.8f, 0.8f}};
+  constexpr int kIters = 6;
+  float lo = INFINITY, hi = -INFINITY;
+  for (int j = 0; j < g; ++j) {
+    if (!std::isfinite(x[j])) continue;
+    lo = std::fmin(lo, x[j]);
+    hi = std::fmax(hi, x[j]);
+  }
+  if (!(lo < hi)) {  // constant group (or nothing finite): the minimum alone
+    *d_out = 0.0f;
+    *m_out = lo <= hi ? f16_to_f32(f32_to_f16(lo)) : 0.0f;
+    return;
+  }
+  auto weight = [&](int j) { return wt ? double(wt[j]) : 1.0; };
+  auto round16 = [](double v) { return f16_to_f32(f32_to_f16(float(v))); };
+  auto error = [&](float d, float m) {
+    double e = 0.0;
+    for (int j = 0; j < g; ++j) {
+      if (!std::isfinite(x[j])) continue;
+      const double r = double(x[j]) - (double(d) * q4m_nibble(x[j], d, m) + double(m));
+      e += weight(j) * r * r;
+    }
+    return e;
+  };
+  double best = INFINITY;
+  float bd = round16((hi - lo) / 15.0f), bm = round16(lo);
+  for (const auto& f : kShrink) {
+    float m = round16(double(lo) * f[0]);
+    float d = round16((double(hi) * f[1] - double(lo) * f[0]) / 15.0);
+    for (int it = 0; it < kIters && d != 0.0f; ++it) {
+      // Weighted least squares of x ~ d * q + m for the current nibbles.
+      double sw = 0, sq = 0, sqq = 0, sx = 0, sqx = 0;
+      for (int j = 0; j < g; ++j) {
+        if (!std::isfinite(x[j])) continue;
+        const double w = weight(j), q = q4m_nibble(x[j], d, m);
+        sw += w, sq += w * q, sqq += w * q * q, sx += w * x[j], sqx += w * q * x[j];
+      }
+      const double det = sw * sqq - sq * sq;
+      if (!(det > 1e-30)) break;
+      const float nd = round16((sw * sqx - sq * sx) / det), nm = round16((sqq * sx - sq * sqx) / det);
+      if (!(nd > 0.0f) || !std::isfinite(nm)) break;
+      d = nd, m = nm;
+    }
+    if (d == 0.0f) continue;
+    const double e = error(d, m);
+    if (e < best) best = e, bd = d, bm = m;
+  }
+  *d_out = bd;
+  *m_out = bm;
+}
+
 void quantize_row(DType t, uint32_t group, const float* src, uint8_t* dst, int64_t cols) {
+  quantize_row_weighted(t, group, src, nullptr, dst, cols);
+}
+
+void quantize_row_weighted(DType t, uint32_t group, const float* src, const float* importance,
+                           uint8_t* dst, int64_t cols) {
   const size_t row_bytes = dtype_row_bytes(t, cols, group);
   LLM_CHECK(row_bytes != 0 || cols == 0, LLM_ERR_INVALID_ARGUMENT, "quantize_row: %s with %lld cols, group %u",
             dtype_name(t), (long long)cols, group);
@@ -94,6 +170,12 @@ void quantize_row(DType t, uint32_t group, const float* src, uint8_t* dst, int64
     case DType::Q4: {
       const size_t gbytes = 2 + group / 2;
       for (int64_t g = 0; g < cols / int64_t(group); ++g) quantize_q4_group(src + g * group, dst + g * gbytes, int(group));
+      return;
+    }
+    case DType::Q4M: {
+      const size_t gbytes = 4 + group / 2;
+      for (int64_t g = 0; g < cols / int64_t(group); ++g)
+        quantize_q4m_group(src + g * group, importance ? importance + g * group : nullptr, dst + g * gbytes, int(group));
       return;
     }
   }
@@ -133,6 +215,20 @@ void dequantize_row(DType t, uint32_t group, const uint8_t* src, float* dst, int
         for (int64_t j = 0; j < h; ++j) {
           y[j] = ((b[2 + j] & 0x0f) - 8) * d;
           y[j + h] = ((b[2 + j] >> 4) - 8) * d;
+        }
+      }
+      return;
+    }
+    case DType::Q4M: {
+      // As ggml's Q4_1: float(nibble) * d + m, a multiply then an add.
+      const int64_t h = group / 2;
+      for (int64_t g = 0; g < cols / int64_t(group); ++g) {
+        const uint8_t* b = src + g * (4 + h);
+        const float d = load_half(b), m = load_half(b + 2);
+        float* y = dst + g * group;
+        for (int64_t j = 0; j < h; ++j) {
+          y[j] = float(b[4 + j] & 0x0f) * d + m;
+          y[j + h] = float(b[4 + j] >> 4) * d + m;
         }
       }
       return;

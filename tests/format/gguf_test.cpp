@@ -632,7 +632,7 @@ TEST(GgufModel, MissingOrMisshapedTensors) {
 }
 
 TEST(GgufModel, QuantizedMatricesKeptZeroCopy) {
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::F16, GgmlType::BF16}) {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::F16, GgmlType::BF16}) {
     TinyLlama tl;
     tl.matrix_type = t;
     const ModelSource m = load_bytes(tl.build());
@@ -640,7 +640,7 @@ TEST(GgufModel, QuantizedMatricesKeptZeroCopy) {
     EXPECT_EQ(q.owned, nullptr);
     EXPECT_EQ(q.nbytes, ggml_type_size(t, 32 * 32));
     const DType want = t == GgmlType::Q8_0 ? DType::Q8 : t == GgmlType::Q4_0 ? DType::Q4
-                       : t == GgmlType::F16 ? DType::F16 : DType::BF16;
+                       : t == GgmlType::Q4_1 ? DType::Q4M : t == GgmlType::F16 ? DType::F16 : DType::BF16;
     EXPECT_EQ(q.dtype, want);
     EXPECT_EQ(q.group, dtype_is_quantized(want) ? 32u : 0u);
   }
@@ -662,7 +662,7 @@ TEST(GgufModel, OtherTypesAreConverted) {
     DType want;
   };
   const Case cases[] = {
-      {"q4_1", GgmlType::Q4_1, DType::Q4},   {"iq4_nl", GgmlType::IQ4_NL, DType::Q4},
+      {"iq4_nl", GgmlType::IQ4_NL, DType::Q4},
       {"q5_0", GgmlType::Q5_0, DType::Q8},   {"q5_1", GgmlType::Q5_1, DType::Q8},
       {"q2_K", GgmlType::Q2_K, DType::Q8},   {"q3_K", GgmlType::Q3_K, DType::Q8},
       {"q4_K", GgmlType::Q4_K, DType::Q8},   {"q5_K", GgmlType::Q5_K, DType::Q8},
@@ -702,6 +702,33 @@ TEST(GgufModel, OtherTypesAreConverted) {
       quantize_row(t.dtype, 32, ref + (r % 129) * 256, want.data(), 256);
       ASSERT_EQ(std::memcmp(t.data + size_t(r) * want.size(), want.data(), want.size()), 0) << c.name << " row " << r;
     }
+  }
+}
+
+// Q4_1 is Q4M at group 32 byte for byte: ggml's own quantized rows, read as
+// Q4M, decode to ggml's own dequantized values exactly.
+TEST(GgufModel, Q4_1IsNativeQ4M) {
+  const std::vector<uint8_t> vec = read_all(model_path("ggml-quant-vectors.gguf"));
+  const GgufFile vg = parse_gguf(vec.data(), vec.size());
+  const GgufTensorInfo *q = nullptr, *deq = nullptr;
+  for (const auto& t : vg.tensors) {
+    if (t.name == "q.q4_1") q = &t;
+    if (t.name == "deq.q4_1") deq = &t;
+  }
+  ASSERT_TRUE(q && deq);
+  const int64_t cols = q->ne[0];
+  int64_t numel = 1;
+  for (int64_t e : q->ne) numel *= e;
+  const int64_t rows = numel / cols;
+  ASSERT_GT(rows, 0);
+  ASSERT_EQ(deq->nbytes, size_t(numel) * 4);
+  const size_t rb = dtype_row_bytes(DType::Q4M, cols, 32);
+  ASSERT_EQ(rb, ggml_type_size(GgmlType::Q4_1, cols));
+  std::vector<float> got(static_cast<size_t>(cols));
+  const float* want = reinterpret_cast<const float*>(deq->data);
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(DType::Q4M, 32, q->data + size_t(r) * rb, got.data(), cols);
+    ASSERT_EQ(std::memcmp(got.data(), want + r * cols, size_t(cols) * 4), 0) << "row " << r;
   }
 }
 

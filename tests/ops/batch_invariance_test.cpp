@@ -52,7 +52,8 @@ TEST(MatmulBatchInvariance, RowResultsDoNotDependOnBatchOrThreads) {
   if (isa > llm::cpu::best_isa()) continue;
   llm::cpu::set_max_isa(isa);
   for (const T& tt : {T{llm::DType::F32, 0}, T{llm::DType::F16, 0}, T{llm::DType::BF16, 0}, T{llm::DType::Q8, 32},
-                      T{llm::DType::Q4, 32}, T{llm::DType::Q4, 64}, T{llm::DType::Q4, 128}})
+                      T{llm::DType::Q4, 32}, T{llm::DType::Q4, 64}, T{llm::DType::Q4, 128},
+                      T{llm::DType::Q4M, 32}, T{llm::DType::Q4M, 64}, T{llm::DType::Q4M, 128}})
     for (llm::cpu::MatmulMode mode : {llm::cpu::MatmulMode::Reference, llm::cpu::MatmulMode::Fast}) {
       SCOPED_TRACE(testing::Message() << llm::cpu::isa_name(isa) << " " << llm::dtype_name(tt.t) << " g" << tt.g
                                       << " mode " << int(mode));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
+#include "quant/quant.h"
 #include "backend/cpu/gemm_kernels.h"
 #include "backend/cpu/matmul.h"
 #include "core/error.h"
@@ -127,6 +128,24 @@ Weights make_weights(Config cfg, int64_t rows, int64_t cols, uint32_t seed) {
         }
         break;
       }
+      case DType::Q4M: {
+        // The library's own fitted quantizer; the oracle values come from
+        // the stored bytes (d * nibble + m in double).
+        const int64_t g = cfg.group, half = g / 2;
+        quantize_row(DType::Q4M, uint32_t(g), src.data(), out, cols);
+        for (int64_t b = 0; b < cols / g; ++b) {
+          const uint8_t* blk = out + b * (4 + half);
+          uint16_t dh, mh;
+          std::memcpy(&dh, blk, 2);
+          std::memcpy(&mh, blk + 2, 2);
+          for (int64_t j = 0; j < g; ++j) {
+            const uint8_t byte = blk[4 + (j < half ? j : j - half)];
+            const int q = j < half ? (byte & 0x0f) : (byte >> 4);
+            val[b * g + j] = double(f16_to_f32(dh)) * q + double(f16_to_f32(mh));
+          }
+        }
+        break;
+      }
     }
   }
   return w;
@@ -232,7 +251,8 @@ TEST(Matmul, ZeroColsGivesZeros) {
 
 TEST(MatmulRef, MatchesDoubleOracle) {
   const Config cfgs[] = {{DType::F32, 0, "f32"}, {DType::F16, 0, "f16"}, {DType::BF16, 0, "bf16"},
-                         {DType::Q8, 32, "q8"},  {DType::Q4, 32, "q4g32"}, {DType::Q4, 128, "q4g128"}};
+                         {DType::Q8, 32, "q8"},  {DType::Q4, 32, "q4g32"}, {DType::Q4, 128, "q4g128"},
+                         {DType::Q4M, 32, "q4mg32"}, {DType::Q4M, 64, "q4mg64"}};
   for (const Config& cfg : cfgs) {
     SCOPED_TRACE(cfg.name);
     const int64_t rows = 9, cols = 256, n = 3;
@@ -425,6 +445,9 @@ TEST(MatmulSweep, Q8) { run_sweep({DType::Q8, 32, "q8"}, {32, 96, 1056, 4096}); 
 TEST(MatmulSweep, Q4G32) { run_sweep({DType::Q4, 32, "q4g32"}, {32, 96, 1056, 4096}); }
 TEST(MatmulSweep, Q4G64) { run_sweep({DType::Q4, 64, "q4g64"}, {64, 192, 1088, 4096}); }
 TEST(MatmulSweep, Q4G128) { run_sweep({DType::Q4, 128, "q4g128"}, {128, 384, 1152, 4096}); }
+TEST(MatmulSweep, Q4MG32) { run_sweep({DType::Q4M, 32, "q4mg32"}, {32, 96, 1056, 4096}); }
+TEST(MatmulSweep, Q4MG64) { run_sweep({DType::Q4M, 64, "q4mg64"}, {64, 192, 1088, 4096}); }
+TEST(MatmulSweep, Q4MG128) { run_sweep({DType::Q4M, 128, "q4mg128"}, {128, 384, 1152, 4096}); }
 
 // ---------------------------------------------------------------------------
 // The activation quantizer: AVX2 and scalar agree bit for bit, and q/d

@@ -179,7 +179,96 @@ TEST(Quant, ZeroAndNonFiniteInputs) {
   for (int j = 2; j < 34; ++j) EXPECT_LE(std::abs(int(int8_t(q8[j]))), 127);
 }
 
+// Q4M layout: [f16 d][f16 m][G/2 bytes], value = d * nibble + m. A group
+// that is exactly on a 16-level grid is reproduced exactly at every group size.
+TEST(Quant, Q4MLayoutAndExactGrid) {
+  for (uint32_t g : {32u, 64u, 128u}) {
+    std::vector<float> x(g);
+    for (uint32_t j = 0; j < g; ++j) x[j] = 0.5f * float(j % 16) - 3.0f;  // d = 0.5, m = -3
+    std::vector<uint8_t> q(dtype_row_bytes(DType::Q4M, g, g));
+    ASSERT_EQ(q.size(), 4 + g / 2);
+    quantize_row(DType::Q4M, g, x.data(), q.data(), g);
+    uint16_t hd, hm;
+    std::memcpy(&hd, q.data(), 2);
+    std::memcpy(&hm, q.data() + 2, 2);
+    EXPECT_EQ(f16_to_f32(hd), 0.5f) << g;
+    EXPECT_EQ(f16_to_f32(hm), -3.0f) << g;
+    for (uint32_t j = 0; j < g / 2; ++j) {
+      EXPECT_EQ(q[4 + j] & 0x0f, int(j % 16)) << g << " " << j;
+      EXPECT_EQ(q[4 + j] >> 4, int((j + g / 2) % 16)) << g << " " << j;
+    }
+    std::vector<float> y(g);
+    dequantize_row(DType::Q4M, g, q.data(), y.data(), g);
+    for (uint32_t j = 0; j < g; ++j) EXPECT_EQ(y[j], x[j]) << g << " " << j;
+  }
+}
+
+// The fitted Q4M beats plain min/max Q4M (ggml's Q4_1 rule) and Q4 on
+// Gaussian rows, never loses to min/max on any group (min/max is one of its
+// starting points), and importance weights shift error to unweighted columns.
+TEST(Quant, Q4MFitBeatsMinMax) {
+  std::mt19937 rng(99);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int g = 32, groups = 400;
+  double e_fit = 0, e_minmax = 0, e_q4 = 0;
+  std::vector<float> x(g), y(g);
+  std::vector<uint8_t> q4(dtype_row_bytes(DType::Q4, g, g));
+  for (int b = 0; b < groups; ++b) {
+    for (auto& v : x) v = nd(rng);
+    float d, m;
+    q4m_fit_group(x.data(), nullptr, g, &d, &m);
+    float lo = x[0], hi = x[0];
+    for (float v : x) lo = std::min(lo, v), hi = std::max(hi, v);
+    const float d0 = f16_to_f32(f32_to_f16((hi - lo) / 15.0f)), m0 = f16_to_f32(f32_to_f16(lo));
+    double ef = 0, em = 0;
+    for (float v : x) {
+      const double rf = v - (d * q4m_nibble(v, d, m) + m), rm = v - (d0 * q4m_nibble(v, d0, m0) + m0);
+      ef += rf * rf, em += rm * rm;
+    }
+    EXPECT_LE(ef, em * (1 + 1e-9)) << "group " << b;
+    e_fit += ef, e_minmax += em;
+    quantize_row(DType::Q4, g, x.data(), q4.data(), g);
+    dequantize_row(DType::Q4, g, q4.data(), y.data(), g);
+    for (int j = 0; j < g; ++j) e_q4 += double(y[j] - x[j]) * double(y[j] - x[j]);
+  }
+  EXPECT_LT(e_fit, 0.9 * e_minmax);
+  EXPECT_LT(e_fit, 0.8 * e_q4);
+  // Weight the first half 100x: its error must drop relative to unweighted.
+  std::vector<float> wt(g, 1.0f);
+  for (int j = 0; j < g / 2; ++j) wt[j] = 100.0f;
+  double first_w = 0, first_u = 0;
+  for (int b = 0; b < groups; ++b) {
+    for (auto& v : x) v = nd(rng);
+    float dw, mw, du, mu;
+    q4m_fit_group(x.data(), wt.data(), g, &dw, &mw);
+    q4m_fit_group(x.data(), nullptr, g, &du, &mu);
+    for (int j = 0; j < g / 2; ++j) {
+      const double rw = x[j] - (dw * q4m_nibble(x[j], dw, mw) + mw), ru = x[j] - (du * q4m_nibble(x[j], du, mu) + mu);
+      first_w += rw * rw, first_u += ru * ru;
+    }
+  }
+  EXPECT_LT(first_w, 0.95 * first_u);
+}
+
+TEST(Quant, Q4MConstantAndNonFiniteGroups) {
+  std::vector<float> x(32, 0.25f), y(32);
+  std::vector<uint8_t> q(dtype_row_bytes(DType::Q4M, 32, 32));
+  quantize_row(DType::Q4M, 32, x.data(), q.data(), 32);
+  dequantize_row(DType::Q4M, 32, q.data(), y.data(), 32);
+  for (float v : y) EXPECT_EQ(v, 0.25f);
+  x[3] = std::numeric_limits<float>::quiet_NaN();
+  x[7] = -std::numeric_limits<float>::infinity();
+  x[9] = 1.0f;
+  quantize_row(DType::Q4M, 32, x.data(), q.data(), 32);
+  dequantize_row(DType::Q4M, 32, q.data(), y.data(), 32);
+  EXPECT_NEAR(y[9], 1.0f, 0.05f);
+  EXPECT_NEAR(y[0], 0.25f, 0.05f);
+  for (float v : y) EXPECT_TRUE(std::isfinite(v));
+}
+
 TEST(Quant, InvalidArguments) {
+  EXPECT_EQ(quantize_status(DType::Q4M, 32, 48), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(quantize_status(DType::Q4M, 128, 256), LLM_OK);
   EXPECT_EQ(quantize_status(DType::Q4, 32, 48), LLM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(quantize_status(DType::Q4, 16, 64), LLM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(quantize_status(DType::Q4, 256, 256), LLM_ERR_INVALID_ARGUMENT);

@@ -87,6 +87,20 @@ void dequantize_row(const WeightView& w, int64_t r, float* dst) {
       }
       return;
     }
+    case DType::Q4M: {
+      const int64_t g = w.group, half = g / 2;
+      for (int64_t b = 0; b < cols / g; ++b) {
+        const uint8_t* blk = src + b * (4 + half);  // [f16 d][f16 m][g/2 bytes]
+        const float d = f16_to_f32(load_u16(blk)), m = f16_to_f32(load_u16(blk + 2));
+        float* out = dst + b * g;
+        for (int64_t j = 0; j < half; ++j) {
+          const uint8_t byte = blk[4 + j];
+          out[j] = float(byte & 0x0f) * d + m;
+          out[j + half] = float(byte >> 4) * d + m;
+        }
+      }
+      return;
+    }
   }
   fail(LLM_ERR_INVALID_ARGUMENT, "dequantize_row: unknown dtype %u", unsigned(w.dtype));
 }
@@ -126,7 +140,9 @@ void matmul_q_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, 
                      int64_t r1) {
   const int64_t nbx = w.cols / 32;  // activation blocks per row
   const int64_t g = w.dtype == DType::Q8 ? 32 : w.group;
-  const int64_t gb = w.dtype == DType::Q8 ? 34 : 2 + g / 2;
+  const int64_t hb = w.dtype == DType::Q8 ? 2 : q4_header_bytes(w.dtype);
+  const int64_t gb = w.dtype == DType::Q8 ? 34 : hb + g / 2;
+  const bool with_min = w.dtype == DType::Q4M;
   const int64_t per = g / 32;  // activation blocks per weight group
   int8_t wq[32];
   for (int64_t r = r0; r < r1; ++r) {
@@ -144,13 +160,15 @@ void matmul_q_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, 
             wq[t] = int8_t(blk[2 + t]);
           } else {
             const int64_t v = j0 + t, half = g / 2;
-            const uint8_t byte = blk[2 + (v < half ? v : v - half)];
-            wq[t] = int8_t((v < half ? (byte & 0x0f) : (byte >> 4)) - 8);
+            const uint8_t byte = blk[hb + (v < half ? v : v - half)];
+            wq[t] = int8_t((v < half ? (byte & 0x0f) : (byte >> 4)) - (with_min ? 0 : 8));
           }
         }
         int32_t dot = 0;
         for (int t = 0; t < 32; ++t) dot += int32_t(wq[t]) * int32_t(xq[b * 32 + t]);
         acc += (dw * xd[b]) * float(dot);
+        // Q4M: value = d * q + m, so the minimum adds m * d_x * sum(x_q).
+        if (with_min) acc += (f16_to_f32(load_u16(blk + 2)) * xd[b]) * x.s[i * nbx + b];
       }
       y[i * w.rows + r] = acc;
     }
@@ -184,7 +202,9 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
   }
   LLM_CHECK(x != nullptr, LLM_ERR_INVALID_ARGUMENT, "matmul: null x");
   const bool avx2 = use_avx2_kernels();
-  const bool avx512 = use_avx512_kernels();  // implies avx2
+  // The AVX-512 family has no Q4M kernels yet: Q4M takes the AVX2 ones (for
+  // decode and prefill alike, so batch invariance holds).
+  const bool avx512 = use_avx512_kernels() && w.dtype != DType::Q4M;  // implies avx2
   (void)avx2;  // only read where the AVX2 kernels are compiled in
   (void)avx512;
   const bool int8 = mode == MatmulMode::Fast && dtype_is_quantized(w.dtype);

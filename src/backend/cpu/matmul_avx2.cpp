@@ -127,18 +127,20 @@ void quantize_block(const float* x, int8_t* q, float* d, float* sum) {
 // by 8 activation scales and parked in a small stack array the inner loop
 // broadcasts from. Decode then costs ~7 vector ops per block and row.
 
-// Layout constants: G == 0 is Q8 (34-byte blocks of 32 int8).
-template <int G>
+// Layout constants: G == 0 is Q8 (34-byte blocks of 32 int8); M: Q4M (an
+// f16 minimum after the scale).
+template <int G, bool M = false>
 struct QLayout {
-  static constexpr int J = G == 0 ? 1 : G / 32;       // activation blocks per weight group
-  static constexpr int BB = G == 0 ? 34 : 2 + G / 2;  // bytes per weight group
+  static constexpr int J = G == 0 ? 1 : G / 32;                  // activation blocks per weight group
+  static constexpr int HB = M ? 4 : 2;                           // header bytes per weight group
+  static constexpr int BB = G == 0 ? 34 : HB + G / 2;            // bytes per weight group
 };
 
 // The f16 scales of the 8 activation blocks starting at the group at p (a
 // Q4 group's scale repeated J times), as 8 halves.
-template <int G>
+template <int G, bool M = false>
 inline __m128i gather_scales8(const uint8_t* p) {
-  constexpr int J = QLayout<G>::J, BB = QLayout<G>::BB, NG = 8 / J;
+  constexpr int J = QLayout<G, M>::J, BB = QLayout<G, M>::BB, NG = 8 / J;
   uint64_t lo = 0, hi = 0;
   LLM_UNROLL for (int i = 0; i < NG && i < 4; ++i) lo |= uint64_t(load_u16(p + i * BB)) << (16 * i);
   LLM_UNROLL for (int i = 4; i < NG; ++i) hi |= uint64_t(load_u16(p + i * BB)) << (16 * (i - 4));
@@ -154,9 +156,9 @@ inline __m128i gather_scales8(const uint8_t* p) {
 }
 
 // Same for the last, partial chunk of m < 8 activation blocks (zero padded).
-template <int G>
+template <int G, bool M = false>
 inline __m128i gather_scales_tail(const uint8_t* p, int64_t m) {
-  constexpr int J = QLayout<G>::J, BB = QLayout<G>::BB;
+  constexpr int J = QLayout<G, M>::J, BB = QLayout<G, M>::BB;
   alignas(16) uint16_t h[8] = {};
   for (int64_t i = 0; i < m; ++i) h[i] = load_u16(p + (i / J) * BB);
   return _mm_load_si128(reinterpret_cast<const __m128i*>(h));
@@ -203,13 +205,15 @@ inline void prefetch_span(const uint8_t* p) {
 // onto x. Q4: the nibbles 0..15 are the unsigned operand as they are (pairs
 // stay within 2 * 15 * 127); the -8 offset comes off at the end as
 // -8 * sum_b d_b * sum(x_q in block b), accumulated 8 blocks at a time.
+// Q4M (M): the same nibble dots, and the minimum adds
+// +sum_b m_b * d_x,b * sum(x_q in block b) in place of the -8 term.
 //
 // xq: [C][xcols] int8, xd/xs: [C][xcols/32] scales and block sums; y: [C][ys].
 // pf: where to prefetch from (the tile kPrefetchBytes ahead) or null.
-template <int G, int R, int C>
+template <int G, bool M, int R, int C>
 void q_tile(const uint8_t* w, size_t rb, const int8_t* xq, const float* xd, const float* xs,
             int64_t xcols, float* y, int64_t ys, const uint8_t* pf) {
-  constexpr int J = QLayout<G>::J, BB = QLayout<G>::BB;
+  constexpr int J = QLayout<G, M>::J, BB = QLayout<G, M>::BB, HB = QLayout<G, M>::HB;
   const int64_t nxb = xcols / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][C], cacc[R][C];
@@ -229,11 +233,18 @@ void q_tile(const uint8_t* w, size_t rb, const int8_t* xq, const float* xd, cons
     }
     LLM_UNROLL for (int r = 0; r < R; ++r) {
       const uint8_t* sp = w + r * rb + (xb0 / J) * BB;
-      const __m256 dw = _mm256_cvtph_ps(m == 8 ? gather_scales8<G>(sp) : gather_scales_tail<G>(sp, m));
+      const __m256 dw =
+          _mm256_cvtph_ps(m == 8 ? gather_scales8<G, M>(sp) : gather_scales_tail<G, M>(sp, m));
+      __m256 mw = _mm256_setzero_ps();
+      if constexpr (M)
+        mw = _mm256_cvtph_ps(m == 8 ? gather_scales8<G, M>(sp + 2) : gather_scales_tail<G, M>(sp + 2, m));
       LLM_UNROLL for (int c = 0; c < C; ++c) {
         const __m256 d = _mm256_mul_ps(dw, dx8[c]);
         _mm256_store_ps(d8[r][c], d);
-        if constexpr (G != 0) cacc[r][c] = _mm256_fmadd_ps(d, s8[c], cacc[r][c]);
+        if constexpr (M)
+          cacc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(mw, dx8[c]), s8[c], cacc[r][c]);
+        else if constexpr (G != 0)
+          cacc[r][c] = _mm256_fmadd_ps(d, s8[c], cacc[r][c]);
       }
     }
     for (int64_t gi = 0; gi < m / J; ++gi) {
@@ -246,7 +257,7 @@ void q_tile(const uint8_t* w, size_t rb, const int8_t* xq, const float* xd, cons
         LLM_UNROLL for (int c = 0; c < C; ++c)
           xv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + c * xcols + xb * 32));
         LLM_UNROLL for (int r = 0; r < R; ++r) {
-          const uint8_t* blk = w + r * rb + g * BB + 2;
+          const uint8_t* blk = w + r * rb + g * BB + (G == 0 ? 2 : HB);
           __m256i p16[C];
           if constexpr (G == 0) {
             const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
@@ -268,7 +279,8 @@ void q_tile(const uint8_t* w, size_t rb, const int8_t* xq, const float* xd, cons
   }
   float corr[R][C];
   LLM_UNROLL for (int r = 0; r < R; ++r)
-    LLM_UNROLL for (int c = 0; c < C; ++c) corr[r][c] = G == 0 ? 0.0f : -8.0f * hsum(cacc[r][c]);
+    LLM_UNROLL for (int c = 0; c < C; ++c)
+      corr[r][c] = G == 0 ? 0.0f : M ? hsum(cacc[r][c]) : -8.0f * hsum(cacc[r][c]);
   store_tile<R, C>(acc, corr, y, ys, false);
 }
 
@@ -375,16 +387,16 @@ constexpr int kQCols = 4;
 // kernel prefetches the tiles kPrefetchBytes ahead linearly as it goes.
 constexpr size_t kPrefetchBytes = 8192;
 
-template <int G, int R>
+template <int G, bool M, int R>
 void q_rows(const WeightView& w, const uint8_t* wr, const QuantX& x, int64_t n, float* y) {
   const int64_t xnb = x.cols / 32;
   auto tile = [&](auto cols_tag, int64_t c0, const uint8_t* pf) {
     constexpr int C = decltype(cols_tag)::value;
-    if constexpr (G == 32) {
+    if constexpr (G == 32 && !M) {
       q4p_tile<R, C>(wr, w.row_bytes, x.q + c0 * x.cols, x.d + c0 * xnb, x.s + c0 * xnb, x.cols,
                      y + c0 * w.rows, w.rows, pf);
     } else {
-      q_tile<G, R, C>(wr, w.row_bytes, x.q + c0 * x.cols, x.d + c0 * xnb, x.s + c0 * xnb, x.cols,
+      q_tile<G, M, R, C>(wr, w.row_bytes, x.q + c0 * x.cols, x.d + c0 * xnb, x.s + c0 * xnb, x.cols,
                       y + c0 * w.rows, w.rows, pf);
     }
   };
@@ -400,15 +412,15 @@ void q_rows(const WeightView& w, const uint8_t* wr, const QuantX& x, int64_t n, 
   for (; c0 < n; ++c0) tile(One{}, c0, nullptr);
 }
 
-template <int G>
+template <int G, bool M = false>
 void q_matmul(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; r += kRowTile) {
     const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
     switch (std::min<int64_t>(kRowTile, r1 - r)) {
-      case 4: q_rows<G, 4>(w, wr, x, n, y + r); break;
-      case 3: q_rows<G, 3>(w, wr, x, n, y + r); break;
-      case 2: q_rows<G, 2>(w, wr, x, n, y + r); break;
-      default: q_rows<G, 1>(w, wr, x, n, y + r); break;
+      case 4: q_rows<G, M, 4>(w, wr, x, n, y + r); break;
+      case 3: q_rows<G, M, 3>(w, wr, x, n, y + r); break;
+      case 2: q_rows<G, M, 2>(w, wr, x, n, y + r); break;
+      default: q_rows<G, M, 1>(w, wr, x, n, y + r); break;
     }
   }
 }
@@ -625,6 +637,22 @@ void dequant_segment(const WeightView& w, const uint8_t* row, int64_t k0, int64_
       }
       return;
     }
+    case DType::Q4M: {
+      // nibble * d + m, a multiply then an add as in the reference (scalar,
+      // and so without FMA contraction: -mfma would fuse a vector mul + add).
+      const int64_t g = w.group, half = g / 2, gb = 4 + half;
+      for (int64_t b = k0 / g; b < (k0 + len) / g; ++b) {
+        const uint8_t* blk = row + b * gb;
+        const float d = _cvtsh_ss(load_u16(blk)), m = _cvtsh_ss(load_u16(blk + 2));
+        float* out = dst + (b * g - k0);
+        for (int64_t j = 0; j < half; ++j) {
+          volatile float lo = float(blk[4 + j] & 0x0f) * d, hi = float(blk[4 + j] >> 4) * d;
+          out[j] = lo + m;
+          out[half + j] = hi + m;
+        }
+      }
+      return;
+    }
   }
 }
 
@@ -651,6 +679,10 @@ void matmul_q_avx2(const WeightView& w, const QuantX& x, int64_t n, float* y, in
                    int64_t r1) {
   if (w.dtype == DType::Q8) {
     q_matmul<0>(w, x, n, y, r0, r1);
+  } else if (w.dtype == DType::Q4M) {
+    if (w.group == 32) q_matmul<32, true>(w, x, n, y, r0, r1);
+    else if (w.group == 64) q_matmul<64, true>(w, x, n, y, r0, r1);
+    else q_matmul<128, true>(w, x, n, y, r0, r1);
   } else if (w.group == 32) {
     q_matmul<32>(w, x, n, y, r0, r1);
   } else if (w.group == 64) {

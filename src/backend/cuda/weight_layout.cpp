@@ -40,7 +40,7 @@ MatrixLayout matrix_layout(DType t, uint32_t group, int64_t rows, int64_t cols) 
       l.group = int32_t(group);
       bytes = size_t(cols) / 2;
       break;
-    default: fail(LLM_ERR_UNSUPPORTED, "the CUDA backend cannot hold weights of dtype %u", unsigned(t));
+    default: fail(LLM_ERR_UNSUPPORTED, "the CUDA backend cannot hold %s weights (dtype %u)", dtype_name(t), unsigned(t));
   }
   l.groups_per_row = l.group ? int32_t(cols / l.group) : 0;
   l.pitch = (bytes + kChunkBytes - 1) / kChunkBytes * kChunkBytes;
