@@ -261,7 +261,7 @@ for f in glob.glob(os.path.join(out, "ours-*-t*-r*.json")):
         key = (m.group(1), r["threads"], r["test"])
         ours.setdefault(key, Samples()).add(f, r["samples_tps"])
         if r["n_gen"]:
-            sol.setdefault(key, []).append(r["sol_tps"])
+            sol.setdefault(key, Samples()).add(f, [r["sol_tps"]])
 for b in builds:
     for f in glob.glob(os.path.join(out, "theirs.%s-*-t*-r*.json" % b)):
         m = re.fullmatch(r"theirs\.%s-(q4_0|q8_0|f16)-t\d+-r\d+\.json" % b, os.path.basename(f))
