@@ -20,10 +20,12 @@
 //                         passes over them.
 //   * matmul_f_avx512 (f32 accumulation of exactly dequantized weights):
 //     F32, F16, BF16 in both modes, Q8/Q4 in Reference mode.
-//       decode:  one row at a time (one sequential stream), 4 partial sums;
+//       decode:  one row at a time (one sequential stream, prefetched), 2
+//                partial sums;
 //       prefill: K blocks of 1024; a 4-row tile is dequantized once into an
-//                L1 buffer and 6 x rows at a time (24 accumulators) run over
-//                it, x rows again in L2-sized blocks.
+//                L1 buffer (the next tile's W prefetched into L2 meanwhile)
+//                and 4 x rows at a time run over it, x rows in blocks of up
+//                to 768 KiB (L2; each block re-reads W).
 //
 // Canonical summation order (batch invariance): an output never depends on
 // n, on the tile it landed in or on the thread count, so every tile shape
@@ -33,10 +35,10 @@
 //     lanes (lane 4j + i belongs to block j of the quad; missing blocks of
 //     the last quad are zero and add +0); the output is hsum16(acc).
 //   f32: per K block of kFKBlock values, 16-float vector v = k / 16 goes
-//     into partial sum v % 4, the partials are combined as (p0 + p1) +
-//     (p2 + p3) and reduced by hsum16; the scalar tail k >= 16 * (len / 16)
-//     (only in the last block) is a chain of FMAs from 0 added last. Block
-//     sums are added to y in K order.
+//     into partial sum (v / 4) % 2 (chunks of 4 vectors alternate), in
+//     increasing v; the partials are added (p0 + p1) and reduced by hsum16;
+//     the scalar tail k >= 16 * (len / 16) (only in the last block) is a
+//     chain of FMAs from 0 added last. Block sums are added to y in K order.
 //   hsum16(v): the 256-bit halves added, then 128-bit halves, then
 //     ((l0 + l2) + (l1 + l3)).
 // This order differs from the AVX2 family's, so results are bit-identical
@@ -270,10 +272,13 @@ void q_rows(const WeightView& w, const uint8_t* wr, const uint8_t* xq, int64_t x
     q_tile<G, R, 1>(wr, w.row_bytes, nqf, tail_bytes, xq, xs, y, w.rows, wr + ahead);
     return;
   }
+  // Prefill: the first x rows' tile also prefetches the next W tile (the
+  // R * row_bytes right after this one), which the later tiles of this one
+  // do not need: they find W in L1.
   int64_t c0 = 0;
   for (; c0 + kQCols <= n; c0 += kQCols)
     q_tile<G, R, kQCols>(wr, w.row_bytes, nqf, tail_bytes, xq + c0 * xs, xs, y + c0 * w.rows,
-                         w.rows, nullptr);
+                         w.rows, c0 == 0 ? wr + R * w.row_bytes : nullptr);
   switch (n - c0) {
     case 3:
       q_tile<G, R, 3>(wr, w.row_bytes, nqf, tail_bytes, xq + c0 * xs, xs, y + c0 * w.rows, w.rows,
@@ -349,18 +354,27 @@ struct LoadBF16 {
   }
 };
 
+// The f32 order (top of the file): 16-float vector v of a K block goes into
+// partial (v / kFChunk) % 2. Chunks of 4 vectors keep W a single sequential
+// stream per row (decode) while two independent chains per output hide the
+// FMA latency; every tile keeps both partials in registers, so prefill also
+// walks its tile once, sequentially.
+constexpr int kFChunk = 4;
+
 // R W rows (byte stride ws, loader L) x C x rows (float stride xs), k in
-// [0, len), in the canonical f32 order (top of the file). Small tiles
-// (decode) keep the four partials in registers and stream W once; big tiles
-// (prefill) compute the partials one after the other, each a pass over the
-// cache lines v % 4 == u of the L1-resident tile (16 floats = one line, so
-// the passes touch disjoint lines and cost no extra traffic).
+// [0, len). pf_ahead > 0 (decode): prefetch that many bytes past the W
+// vectors as they are read.
 template <class L, int R, int C>
 void f_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t len, float* y,
-            int64_t ys, bool accumulate, const uint8_t* pf = nullptr) {
-  constexpr int kSets = 4;
+            int64_t ys, bool accumulate, int64_t pf_ahead = 0) {
   const int64_t nv = len / 16;
-  __m512 part[kSets][R][C];
+  __m512 p0[R][C], p1[R][C];
+  LLM_UNROLL for (int r = 0; r < R; ++r) {
+    LLM_UNROLL for (int c = 0; c < C; ++c) {
+      p0[r][c] = _mm512_setzero_ps();
+      p1[r][c] = _mm512_setzero_ps();
+    }
+  }
   auto step = [&](int64_t v, __m512 (&acc)[R][C]) {
     const int64_t k = 16 * v;
     LLM_UNROLL for (int r = 0; r < R; ++r) {
@@ -369,26 +383,37 @@ void f_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t len
         acc[r][c] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + c * xs + k), acc[r][c]);
     }
   };
-  if constexpr (R * C * kSets <= 16) {
-    LLM_UNROLL for (int u = 0; u < kSets; ++u)
-      LLM_UNROLL for (int r = 0; r < R; ++r)
-        LLM_UNROLL for (int c = 0; c < C; ++c) part[u][r][c] = _mm512_setzero_ps();
+  if constexpr (R * C * 2 <= 16) {
+    // Decode-sized tiles: both partials in registers, one pass.
     int64_t v = 0;
-    for (; v + kSets <= nv; v += kSets) {
-      if (pf) prefetch_span<R * 16 * kSets * L::kBytes>(pf + v * 16 * R * L::kBytes);
-      LLM_UNROLL for (int u = 0; u < kSets; ++u) step(v + u, part[u]);
+    for (; v + 2 * kFChunk <= nv; v += 2 * kFChunk) {
+      if (pf_ahead > 0) {
+        // 2 * kFChunk vectors = 2 (f16) or 4 (f32) cache lines per row.
+        LLM_UNROLL for (int r = 0; r < R; ++r)
+          LLM_UNROLL for (int i = 0; i < 2 * kFChunk * 16 * L::kBytes; i += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(w + r * ws + 16 * v * L::kBytes + i + pf_ahead),
+                         _MM_HINT_T0);
+      }
+      LLM_UNROLL for (int j = 0; j < kFChunk; ++j) step(v + j, p0);
+      LLM_UNROLL for (int j = 0; j < kFChunk; ++j) step(v + kFChunk + j, p1);
     }
-    LLM_UNROLL for (int u = 0; u < kSets - 1; ++u)
-      if (v + u < nv) step(v + u, part[u]);
+    for (; v < nv; ++v) {
+      if ((v / kFChunk) % 2 == 0)
+        step(v, p0);
+      else
+        step(v, p1);
+    }
   } else {
-    LLM_UNROLL for (int u = 0; u < kSets; ++u) {
-      __m512 acc[R][C];
-      LLM_UNROLL for (int r = 0; r < R; ++r)
-        LLM_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-      for (int64_t v = u; v < nv; v += kSets) step(v, acc);
-      LLM_UNROLL for (int r = 0; r < R; ++r)
-        LLM_UNROLL for (int c = 0; c < C; ++c) part[u][r][c] = acc[r][c];
-    }
+    // Prefill tiles: no registers for two sets of accumulators; sum the
+    // even chunks, then the odd ones (runs of kFChunk lines in L1).
+    auto pass = [&](int64_t first, __m512 (&acc)[R][C]) {
+      int64_t v0 = first;
+      for (; v0 + kFChunk <= nv; v0 += 2 * kFChunk)
+        LLM_UNROLL for (int j = 0; j < kFChunk; ++j) step(v0 + j, acc);
+      for (int64_t v = v0; v < nv; ++v) step(v, acc);  // partial last chunk
+    };
+    pass(0, p0);
+    pass(kFChunk, p1);
   }
   float tail[R][C] = {};
   for (int64_t k = 16 * nv; k < len; ++k) {
@@ -402,10 +427,8 @@ void f_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t len
   LLM_UNROLL for (int c = 0; c < C; ++c) {
     float* yc = y + c * ys;
     LLM_UNROLL for (int r = 0; r < R; ++r) {
-      const __m512 t = _mm512_add_ps(_mm512_add_ps(part[0][r][c], part[1][r][c]),
-                                     _mm512_add_ps(part[2][r][c], part[3][r][c]));
-      const float v = hsum16(t) + tail[r][c];
-      yc[r] = accumulate ? yc[r] + v : v;
+      const float s = hsum16(_mm512_add_ps(p0[r][c], p1[r][c])) + tail[r][c];
+      yc[r] = accumulate ? yc[r] + s : s;
     }
   }
 }
@@ -416,8 +439,13 @@ void f_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t len
 // has a scalar tail.
 constexpr int64_t kFKBlock = 1024;
 
-// x rows per f32 tile when n > 1: 4 x 6 accumulators + 4 W vectors + 1 x.
-constexpr int kFCols = 6;
+// x rows per L2 block on the f32 path: large, since each block re-reads W.
+constexpr int64_t kFXBlockBytes = 768 << 10;
+
+// x rows per f32 tile when n > 1: 4 x 4 accumulators (one partial at a
+// time) + 4 W vectors + 1 x; measured ahead of 4 x 3 with both partials
+// in registers and of 4 x 6.
+constexpr int kFCols = 4;
 
 template <class L, int R>
 void f_rows(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, int64_t len,
@@ -427,9 +455,8 @@ void f_rows(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, 
     f_tile<L, R, kFCols>(w, ws, x + c0 * xs, xs, len, y + c0 * ys, ys, accumulate);
   const float* xc = x + c0 * xs;
   float* yc = y + c0 * ys;
+  static_assert(kFCols == 4, "remainder cases below");
   switch (n - c0) {
-    case 5: f_tile<L, R, 5>(w, ws, xc, xs, len, yc, ys, accumulate); break;
-    case 4: f_tile<L, R, 4>(w, ws, xc, xs, len, yc, ys, accumulate); break;
     case 3: f_tile<L, R, 3>(w, ws, xc, xs, len, yc, ys, accumulate); break;
     case 2: f_tile<L, R, 2>(w, ws, xc, xs, len, yc, ys, accumulate); break;
     case 1: f_tile<L, R, 1>(w, ws, xc, xs, len, yc, ys, accumulate); break;
@@ -449,20 +476,28 @@ void f_rows_any(int64_t nr, const uint8_t* w, size_t ws, const float* x, int64_t
   }
 }
 
-// Decode (n == 1) for F32/F16/BF16: one row at a time, a single sequential
-// stream, converting in registers.
+// Decode (n == 1) for F32/F16/BF16: kGemvRows rows at a time, so kGemvRows x
+// kFSets independent FMA chains hide the FMA latency while W streams in few
+// sequential runs, converting in registers.
+constexpr int kGemvRows = 1;
+
+template <class L, int R>
+void f_gemv_rows(const WeightView& w, const float* x, float* y, int64_t r, int64_t ahead) {
+  const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
+  // Same K blocks as the prefill path (matmul_f_avx512), for batch invariance.
+  for (int64_t k0 = 0; k0 < w.cols; k0 += kFKBlock) {
+    f_tile<L, R, 1>(wr + k0 * L::kBytes, w.row_bytes, x + k0, w.cols,
+                    std::min(kFKBlock, w.cols - k0), y + r, w.rows, k0 > 0, ahead);
+  }
+}
+
 template <class L>
 void f_gemv(const WeightView& w, const float* x, float* y, int64_t r0, int64_t r1) {
-  const size_t ahead = std::max<size_t>(1, (kPrefetchBytes + w.row_bytes - 1) / w.row_bytes) * w.row_bytes;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
-    // Same K blocks as the prefill path (matmul_f_avx512), for batch invariance.
-    for (int64_t k0 = 0; k0 < w.cols; k0 += kFKBlock) {
-      f_tile<L, 1, 1>(wr + k0 * L::kBytes, w.row_bytes, x + k0, w.cols,
-                      std::min(kFKBlock, w.cols - k0), y + r, w.rows, k0 > 0,
-                      wr + ahead + k0 * L::kBytes);
-    }
-  }
+  const int64_t span = kGemvRows * int64_t(w.row_bytes);
+  const int64_t ahead = std::max<int64_t>(1, (int64_t(kPrefetchBytes) + span - 1) / span) * span;
+  int64_t r = r0;
+  for (; r + kGemvRows <= r1; r += kGemvRows) f_gemv_rows<L, kGemvRows>(w, x, y, r, ahead);
+  for (; r < r1; ++r) f_gemv_rows<L, 1>(w, x, y, r, ahead);
 }
 
 // Dequantizes values [k0, k0 + len) of one stored row into dst (exactly the
@@ -558,11 +593,22 @@ void matmul_f_avx512(const WeightView& w, const float* x, int64_t n, float* y, i
   if (buf.size() < size_t(kRowTile * kFKBlock)) buf.resize(size_t(kRowTile * kFKBlock));
   for (int64_t k0 = 0; k0 < cols; k0 += kFKBlock) {
     const int64_t len = std::min(kFKBlock, cols - k0);
-    const int64_t xblock = std::max<int64_t>(kFCols, kXBlockBytes / (len * 4) / kFCols * kFCols);
+    const int64_t xblock = std::max<int64_t>(kFCols, kFXBlockBytes / (len * 4) / kFCols * kFCols);
+    // The stored bytes of values [k0, k0 + len) of a row (k0 and len are
+    // multiples of the group, so this is exact for every dtype).
+    const size_t seg0 = size_t(k0) * w.row_bytes / size_t(cols);
+    const size_t seg_bytes = size_t(len) * w.row_bytes / size_t(cols);
     for (int64_t c0 = 0; c0 < n; c0 += xblock) {
       const int64_t nc = std::min(xblock, n - c0);
       for (int64_t r = r0; r < r1; r += kRowTile) {
         const int64_t nr = std::min<int64_t>(kRowTile, r1 - r);
+        // The next tile's W segment into L2 while this one computes: the
+        // segments are too short for the hardware prefetcher to ramp up.
+        for (int64_t i = r + kRowTile; i < std::min(r1, r + 2 * kRowTile); ++i) {
+          const uint8_t* p = w.data + size_t(i) * w.row_bytes + seg0;
+          for (size_t b = 0; b < seg_bytes; b += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T1);
+        }
         const uint8_t* wt;
         size_t ws;
         if (w.dtype == DType::F32) {
