@@ -20,6 +20,9 @@
 #                           (-DGGML_NATIVE=ON, as the baseline) and avx2
 #                           (-DGGML_NATIVE=OFF, AVX2/FMA/F16C only: the ISA
 #                           libllm's kernels use); built in LLAMACPP_SRC/build-NAME
+#   OURS_ISAS ["best"]      libllm kernel families to run: best (what the CPU
+#                           has) and/or avx2 (LLM_CPU_ISA=avx2: the AVX2
+#                           kernels only, the fair match for the avx2 build)
 #   THREADS ["1 2"]         thread counts
 #   QUANTS ["q4_0 q8_0 f16"]
 #   TESTS ["pp512 tg128"]   subset of pp512 / tg128
@@ -59,6 +62,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 MODELS_DIR=${MODELS_DIR:-/tmp/llm-bench-models}
 PYTHON=${PYTHON:-python3}
 LC_BUILDS=${LC_BUILDS:-native}
+OURS_ISAS=${OURS_ISAS:-best}
 THREADS=${THREADS:-"1 2"}
 QUANTS=${QUANTS:-"q4_0 q8_0 f16"}
 TESTS=${TESTS:-"pp512 tg128"}
@@ -169,7 +173,14 @@ model() { echo "$MODELS_DIR/tl-$1.gguf"; }
 
 # ---- 3. pp / tg, alternating ours and theirs
 ours() {  # quant threads round
-  run "ours-$1-t$2-r$3" "$LLM_BENCH" -m "$(model "$1")" -t "$2" -p "$P" -n "$N" -r "$REPS" --device cpu --json
+  local isa
+  for isa in $OURS_ISAS; do
+    case $isa in
+      best) run "ours-$1-t$2-r$3" "$LLM_BENCH" -m "$(model "$1")" -t "$2" -p "$P" -n "$N" -r "$REPS" --device cpu --json ;;
+      *) run "ours.$isa-$1-t$2-r$3" env LLM_CPU_ISA="$isa" "$LLM_BENCH" -m "$(model "$1")" -t "$2" -p "$P" -n "$N" \
+           -r "$REPS" --device cpu --json ;;
+    esac
+  done
 }
 theirs() {  # quant threads round
   local b
@@ -249,19 +260,22 @@ def load(path):
     except (OSError, ValueError):
         return None
 
-ours, sol, theirs = {}, {}, {b: {} for b in builds}
-for f in glob.glob(os.path.join(out, "ours-*-t*-r*.json")):
-    m = re.fullmatch(r"ours-(q4_0|q8_0|f16)-t\d+-r\d+\.json", os.path.basename(f))
+# ours_isa["best"]: the kernels the CPU picks; ours_isa["avx2"]: LLM_CPU_ISA=avx2.
+ours_isa, sol, theirs = {}, {}, {b: {} for b in builds}
+for f in glob.glob(os.path.join(out, "ours*-t*-r*.json")):
+    m = re.fullmatch(r"ours(?:\.(\w+))?-(q4_0|q8_0|f16)-t\d+-r\d+\.json", os.path.basename(f))
     doc = load(f)
     if not m or not doc:
         continue
+    isa = m.group(1) or "best"
     for r in doc["results"]:
         if "error" in r:
             continue
-        key = (m.group(1), r["threads"], r["test"])
-        ours.setdefault(key, Samples()).add(f, r["samples_tps"])
+        key = (m.group(2), r["threads"], r["test"])
+        ours_isa.setdefault(isa, {}).setdefault(key, Samples()).add(f, r["samples_tps"])
         if r["n_gen"]:
             sol.setdefault(key, Samples()).add(f, [r["sol_tps"]])
+ours = ours_isa.get("best", {})
 for b in builds:
     for f in glob.glob(os.path.join(out, "theirs.%s-*-t*-r*.json" % b)):
         m = re.fullmatch(r"theirs\.%s-(q4_0|q8_0|f16)-t\d+-r\d+\.json" % b, os.path.basename(f))
@@ -300,6 +314,22 @@ for key in sorted(keys, key=lambda k: (k[2][:2] != "tg", order.get(k[0], 9), k[1
     else:
         row += " | |" + " |" * len(builds)
     print(row)
+
+# The same ISA on both sides: libllm capped to AVX2 against the avx2 build.
+if "avx2" in ours_isa:
+    print()
+    print("Same ISA: libllm with LLM_CPU_ISA=avx2%s" % (" against llama.cpp's avx2 build" if "avx2" in builds else ""))
+    print()
+    print("| quant | threads | test | libllm AVX2 t/s |%s" % (" llama.cpp avx2 t/s | ratio |" if "avx2" in builds else ""))
+    print("|---|---:|---|---:|%s" % ("---:|---:|" if "avx2" in builds else ""))
+    o2 = ours_isa["avx2"]
+    for key in sorted(o2, key=lambda k: (k[2][:2] != "tg", order.get(k[0], 9), k[1])):
+        a = med(o2[key])
+        row = "| %s | %d | %s | %.2f%s |" % (key[0], key[1], key[2], a, mark(o2[key]))
+        if "avx2" in builds:
+            t = med(theirs["avx2"].get(key, []))
+            row += " %.2f%s | %.2f |" % (t, mark(theirs["avx2"].get(key)), a / t if t else float("nan"))
+        print(row)
 
 if depth:
     print()
