@@ -43,7 +43,16 @@
 //     ((l0 + l2) + (l1 + l3)).
 // This order differs from the AVX2 family's, so results are bit-identical
 // within a family, not across families. tests/ops check this bit for bit.
+// GCC 12's AVX-512 headers pass _mm512_undefined_*() (a self-initialised
+// variable) as the unused merge source of most intrinsics, which trips
+// -Wuninitialized once inlined (GCC bug 105593, fixed in GCC 13). The
+// warning points into the header, so silencing it there keeps it for this
+// file's own code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <cstring>
@@ -558,6 +567,23 @@ void dequant_segment(const WeightView& w, const uint8_t* row, int64_t k0, int64_
           const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight);
           _mm512_storeu_ps(out + j, _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)));
           _mm512_storeu_ps(out + half + j, _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)));
+        }
+      }
+      return;
+    }
+    case DType::Q4M: {
+      // Not reached today: matmul() keeps Q4M on the AVX2 family, which has
+      // its integer kernels. Kept exact like dequantize_row (a multiply,
+      // then an add; volatile stops -mfma from fusing them).
+      const int64_t g = w.group, half = g / 2, gb = 4 + half;
+      for (int64_t b = k0 / g; b < (k0 + len) / g; ++b) {
+        const uint8_t* blk = row + b * gb;
+        const float d = _cvtsh_ss(load_u16(blk)), m = _cvtsh_ss(load_u16(blk + 2));
+        float* out = dst + (b * g - k0);
+        for (int64_t j = 0; j < half; ++j) {
+          volatile float lo = float(blk[4 + j] & 0x0f) * d, hi = float(blk[4 + j] >> 4) * d;
+          out[j] = lo + m;
+          out[half + j] = hi + m;
         }
       }
       return;
