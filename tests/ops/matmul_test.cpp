@@ -494,6 +494,56 @@ TEST(QuantizeX, ScalarAndSimdAgree) {
 #endif
 }
 
+// The AVX-512 quad layout (gemm_kernels.h) holds exactly the scalar
+// quantizer's q and d, and the offset corrections of both weight encodings.
+TEST(QuantizeX, Avx512QuadLayout) {
+  if (best_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 kernels on this CPU/build";
+#if defined(__x86_64__) || defined(_M_X64)
+  const int64_t n = 2, cols = 224;  // 7 blocks: one full quad and one of 3
+  std::vector<float> x = make_x(n, cols, 123);
+  std::vector<int8_t> qs(size_t(n * cols));
+  std::vector<float> ds(size_t(n * cols / 32)), ss(size_t(n * cols / 32));
+  kern::quantize_x_scalar(x.data(), n, cols, qs.data(), ds.data(), ss.data());
+  const int64_t nq = kern::quad_count(cols), nb = cols / 32;
+  ASSERT_EQ(nq, 2);
+  for (bool q8 : {false, true}) {
+    SCOPED_TRACE(q8 ? "q8" : "q4");
+    std::vector<uint8_t> quads(size_t(n * nq * kern::kQuadBytes), 0xcd);
+    kern::quantize_x_avx512(x.data(), n, cols, quads.data(), q8);
+    const int k = q8 ? 128 : 8;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t q = 0; q < nq; ++q) {
+        const uint8_t* o = quads.data() + (i * nq + q) * kern::kQuadBytes;
+        int32_t corr[16];
+        float d[16];
+        std::memcpy(corr, o + 128, sizeof(corr));
+        std::memcpy(d, o + 192, sizeof(d));
+        for (int j = 0; j < 4; ++j) {
+          const int64_t b = 4 * q + j;
+          for (int t = 0; t < 16; ++t) {
+            const int8_t lo = int8_t(o[16 * j + t]), hi = int8_t(o[64 + 16 * j + t]);
+            EXPECT_EQ(lo, b < nb ? qs[size_t(i * cols + b * 32 + t)] : 0) << i << " " << b << " " << t;
+            EXPECT_EQ(hi, b < nb ? qs[size_t(i * cols + b * 32 + 16 + t)] : 0) << i << " " << b << " " << t;
+          }
+          for (int l = 0; l < 4; ++l) {
+            // int32 lane 4j + l meets values 4l..4l+3 and 16+4l..16+4l+3 of block j.
+            int32_t sum = 0;
+            for (int t = 0; t < 4; ++t) {
+              if (b < nb) {
+                sum += qs[size_t(i * cols + b * 32 + 4 * l + t)];
+                sum += qs[size_t(i * cols + b * 32 + 16 + 4 * l + t)];
+              }
+            }
+            EXPECT_EQ(corr[4 * j + l], -k * sum);
+            EXPECT_EQ(d[4 * j + l], b < nb ? ds[size_t(i * nb + b)] : 0.0f);
+          }
+        }
+      }
+    }
+  }
+#endif
+}
+
 TEST(CpuFeatures, ForceScalarToggles) {
   IsaGuard uncapped(Isa::Avx512);
   const bool native = use_avx2_kernels();
