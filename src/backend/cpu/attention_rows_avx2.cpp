@@ -1,6 +1,9 @@
 // AVX2/FMA/F16C attention row kernels; called only when use_avx2_kernels().
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "backend/cpu/attention_rows.h"
 #include "core/half.h"
 
@@ -50,6 +53,124 @@ void axpy_f16(float a, const uint16_t* v, float* acc, int32_t n) {
     _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(av, vv, _mm256_loadu_ps(acc + i)));
   }
   for (; i < n; ++i) acc[i] += a * f16_to_f32(v[i]);
+}
+
+}  // namespace llm::cpu::rows::avx2
+
+// ---------------------------------------------------------------------------
+// Blocked attention rows (see attention_rows.h). Every function below fixes
+// its floating-point order by position only, never by how many rows a call
+// gets, so a query row's result is the same in decode and in prefill.
+
+namespace llm::cpu::rows::avx2 {
+
+namespace {
+
+// Sums each of the 8 vectors and returns [sum(a[0]), ..., sum(a[7])]: lanes
+// are added pairwise inside each vector (hadd), then the 128-bit halves.
+inline __m256 transpose_sum8(const __m256 (&a)[8]) {
+  const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+// e^x for x <= 0 (softmax inputs after subtracting the maximum): x = n ln2 + r
+// with |r| <= ln2 / 2, e^r by a degree-7 polynomial (relative error about
+// 2e-7), 2^n through the exponent bits. Inputs below -87 give e^-87, which
+// next to the maximum's e^0 = 1 is far below float resolution.
+inline __m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - n ln2, with ln2 split in two so n * hi is exact.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(e, _mm256_castsi256_ps(bits));
+}
+
+}  // namespace
+
+void f16_row_to_f32(const uint16_t* src, float* dst, int32_t n) {
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+void scores8(const float* q, int32_t n_q, int32_t hd, const float* k, int32_t nr, float scale, float* att,
+             int64_t att_stride) {
+  for (int32_t j = 0; j < n_q; ++j) {
+    const float* qj = q + int64_t(j) * hd;
+    __m256 acc[8];
+    for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
+    for (int32_t d = 0; d < hd; d += 8) {
+      const __m256 qv = _mm256_loadu_ps(qj + d);
+      for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + int64_t(u) * hd + d), acc[u]);
+    }
+    const __m256 s = _mm256_mul_ps(transpose_sum8(acc), _mm256_set1_ps(scale));
+    float* out = att + int64_t(j) * att_stride;
+    if (nr == 8) {
+      _mm256_storeu_ps(out, s);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, s);
+      for (int32_t u = 0; u < nr; ++u) out[u] = tmp[u];
+    }
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  int64_t i = 0;
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  float mx = _mm_cvtss_f32(m4);
+  for (; i < n; ++i) mx = std::fmax(mx, x[i]);
+  const __m256 vmx = _mm256_set1_ps(mx);
+  __m256 sv = _mm256_setzero_ps();
+  for (i = 0; i + 8 <= n; i += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx));
+    _mm256_storeu_ps(x + i, e);
+    sv = _mm256_add_ps(sv, e);
+  }
+  float sum = hsum(sv);
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / sum);
+  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+  for (; i < n; ++i) x[i] *= _mm256_cvtss_f32(inv);
+}
+
+void pv8(const float* w, int64_t w_stride, int32_t n_q, int32_t hd, const float* v, int32_t nr, float* acc) {
+  for (int32_t j = 0; j < n_q; ++j) {
+    const float* wj = w + int64_t(j) * w_stride;
+    float* aj = acc + int64_t(j) * hd;
+    for (int32_t d0 = 0; d0 < hd; d0 += 64) {
+      const int32_t nv = std::min<int32_t>(8, (hd - d0) / 8);
+      __m256 a[8];
+      for (int32_t t = 0; t < 8; ++t) a[t] = t < nv ? _mm256_loadu_ps(aj + d0 + 8 * t) : _mm256_setzero_ps();
+      for (int32_t u = 0; u < nr; ++u) {
+        const __m256 wu = _mm256_set1_ps(wj[u]);
+        const float* vu = v + int64_t(u) * hd + d0;
+        for (int32_t t = 0; t < 8; ++t)
+          if (t < nv) a[t] = _mm256_fmadd_ps(wu, _mm256_loadu_ps(vu + 8 * t), a[t]);
+      }
+      for (int32_t t = 0; t < nv; ++t) _mm256_storeu_ps(aj + d0 + 8 * t, a[t]);
+    }
+  }
 }
 
 }  // namespace llm::cpu::rows::avx2
