@@ -14,7 +14,9 @@
 //       offset is the -8 * (x sum) the x layout starts each dot from.
 //       Q8: w + 128 (w XOR 0x80) is the unsigned operand; -128 * (x sum)
 //       comes off the same way. Both are exact in int32.
-//       decode  (n == 1): 4-row tiles, the next tiles software-prefetched;
+//       decode  (n == 1): 4-row tiles (Q8: 8-row), the next tiles
+//                         software-prefetched; the loop runs well above
+//                         DRAM speed, so how it issues misses sets its pace;
 //       prefill (n > 1):  4 W rows x 4 x rows per tile; x rows are taken in
 //                         blocks that stay in L2 while every W tile (L1)
 //                         passes over them.
@@ -234,7 +236,30 @@ void q_tile(const uint8_t* w, size_t rb, int64_t nqf, int tail_bytes, const uint
   __m512 acc[R][C];
   LLM_UNROLL for (int r = 0; r < R; ++r)
     LLM_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  // Q8 decode (C == 1, pf set): the next tile's bytes for this quad step are
+  // prefetched a row's share (QB) at a time, each just before that row's
+  // quad, rather than all at the top of the step: a burst of prefetches per
+  // step measured slower from DRAM (the loop itself runs ~3x faster than
+  // DRAM from L2/L3, so how the misses are issued is what counts).
+  const uint8_t* step_pf = nullptr;
   auto quad = [&](const uint8_t* const* wp, const uint8_t* xp) {
+    if constexpr (C == 1) {
+      // One W row at a time: its a, b, dw die after its two dpbusd, so
+      // R = 8 decode tiles stay in registers.
+      const __m512i xa = load512(xp), xb = load512(xp + 64);
+      const __m512i corr = load512(xp + 128);
+      const __m512 dx = _mm512_loadu_ps(reinterpret_cast<const float*>(xp + 192));
+      LLM_UNROLL for (int r = 0; r < R; ++r) {
+        if (step_pf) prefetch_span<QB + 63>(step_pf + r * QB);
+        __m512i a, b;
+        __m512 dw;
+        w_quad<G>(wp[r], a, b, dw);
+        __m512i t = _mm512_dpbusd_epi32(corr, a, xa);
+        t = _mm512_dpbusd_epi32(t, b, xb);
+        acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, dx), acc[r][0]);
+      }
+      return;
+    }
     __m512i a[R], b[R];
     __m512 dw[R];
     LLM_UNROLL for (int r = 0; r < R; ++r) w_quad<G>(wp[r], a[r], b[r], dw[r]);
@@ -251,7 +276,10 @@ void q_tile(const uint8_t* w, size_t rb, int64_t nqf, int tail_bytes, const uint
     }
   };
   for (int64_t q = 0; q < nqf; ++q) {
-    if (pf) prefetch_span<R * QB + 63>(pf + q * R * QB);
+    if (G == 0 && C == 1 && pf)
+      step_pf = pf + q * R * QB;
+    else if (pf)
+      prefetch_span<R * QB + 63>(pf + q * R * QB);
     const uint8_t* wp[R];
     LLM_UNROLL for (int r = 0; r < R; ++r) wp[r] = w + r * rb + q * QB;
     quad(wp, xq + q * kQuadBytes);
@@ -264,6 +292,7 @@ void q_tile(const uint8_t* w, size_t rb, int64_t nqf, int tail_bytes, const uint
       std::memcpy(tb[r], w + r * rb + nqf * QB, size_t(tail_bytes));
       wp[r] = tb[r];
     }
+    step_pf = nullptr;
     quad(wp, xq + nqf * kQuadBytes);
   }
   LLM_UNROLL for (int c = 0; c < C; ++c)
@@ -278,18 +307,25 @@ constexpr int kQCols = 4;
 // x rows before the next block, so x comes from L2 rather than L3.
 constexpr int64_t kXBlockBytes = 384 << 10;
 
+// Decode (n == 1): the R rows at wr, the next tiles prefetched as it goes.
+template <int G, int R>
+void q_gemv_rows(const WeightView& w, const uint8_t* wr, const uint8_t* xq, float* y) {
+  constexpr int BB = QQuad<G>::BB, BPG = QQuad<G>::BPG;
+  const int64_t nb = w.cols / 32;
+  const size_t span = R * w.row_bytes;
+  const size_t ahead = std::max<size_t>(1, (kPrefetchBytes + span - 1) / span) * span;
+  q_tile<G, R, 1>(wr, w.row_bytes, nb / 4, int((nb % 4) / BPG) * BB, xq, 0, y, w.rows, wr + ahead);
+}
+
 template <int G, int R>
 void q_rows(const WeightView& w, const uint8_t* wr, const uint8_t* xq, int64_t xs, int64_t n,
             float* y) {
-  constexpr int QB = QQuad<G>::QB, BB = QQuad<G>::BB, BPG = QQuad<G>::BPG;
+  constexpr int BB = QQuad<G>::BB, BPG = QQuad<G>::BPG;
   const int64_t nb = w.cols / 32;
   const int64_t nqf = nb / 4;
   const int tail_bytes = int((nb % 4) / BPG) * BB;
-  (void)QB;
   if (n == 1) {
-    const size_t span = R * w.row_bytes;
-    const size_t ahead = std::max<size_t>(1, (kPrefetchBytes + span - 1) / span) * span;
-    q_tile<G, R, 1>(wr, w.row_bytes, nqf, tail_bytes, xq, xs, y, w.rows, wr + ahead);
+    q_gemv_rows<G, R>(w, wr, xq, y);
     return;
   }
   // Prefill: the first x rows' tile also prefetches the next W tile (the
@@ -316,9 +352,20 @@ void q_rows(const WeightView& w, const uint8_t* wr, const uint8_t* xq, int64_t x
   }
 }
 
+// Q8 decode takes 8 W rows per tile where it can: 8 row streams (and the
+// next 8-row tile prefetched) read DRAM faster than 4 on this machine. Every
+// output keeps its own accumulator and its ops, so the tile height does not
+// change any result (batch invariance).
+constexpr int64_t kQ8DecodeRows = 8;
+
 template <int G>
 void q_matmul(const WeightView& w, const uint8_t* xq, int64_t n, float* y, int64_t r0,
               int64_t r1) {
+  if constexpr (G == 0) {
+    if (n == 1)
+      for (; r0 + kQ8DecodeRows <= r1; r0 += kQ8DecodeRows)
+        q_gemv_rows<G, kQ8DecodeRows>(w, w.data + size_t(r0) * w.row_bytes, xq, y + r0);
+  }
   const int64_t xs = quad_count(w.cols) * kQuadBytes;
   const int64_t xblock = std::max<int64_t>(kQCols, kXBlockBytes / xs / kQCols * kQCols);
   for (int64_t c0 = 0; c0 < n; c0 += xblock) {
