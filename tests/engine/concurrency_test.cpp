@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "llm.h"
+#include "sanitizers.h"
 
 namespace {
 
@@ -36,17 +37,7 @@ llm_model* load(const char* name, uint32_t flags = 0, int threads = 2) {
 }
 
 // Sanitizer builds run the same workload, smaller.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using llm::testing::kSanitized;
 
 constexpr int kThreads = 8;
 constexpr int kSessionsPerThread = 4;

@@ -32,6 +32,7 @@
 #include "format/llama2c.h"
 #include "format/llm_file.h"
 #include "llm.h"
+#include "sanitizers.h"
 
 // ---------------------------------------------------------------- operator new probe
 //
@@ -129,17 +130,7 @@ void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcep
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using llm::testing::kSanitized;
 
 using Bytes = std::vector<uint8_t>;
 

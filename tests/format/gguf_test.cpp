@@ -705,32 +705,5 @@ TEST(GgufModel, OtherTypesAreConverted) {
   }
 }
 
-// Q4_1 is Q4M at group 32 byte for byte: ggml's own quantized rows, read as
-// Q4M, decode to ggml's own dequantized values exactly.
-TEST(GgufModel, Q4_1IsNativeQ4M) {
-  const std::vector<uint8_t> vec = read_all(model_path("ggml-quant-vectors.gguf"));
-  const GgufFile vg = parse_gguf(vec.data(), vec.size());
-  const GgufTensorInfo *q = nullptr, *deq = nullptr;
-  for (const auto& t : vg.tensors) {
-    if (t.name == "q.q4_1") q = &t;
-    if (t.name == "deq.q4_1") deq = &t;
-  }
-  ASSERT_TRUE(q && deq);
-  const int64_t cols = q->ne[0];
-  int64_t numel = 1;
-  for (int64_t e : q->ne) numel *= e;
-  const int64_t rows = numel / cols;
-  ASSERT_GT(rows, 0);
-  ASSERT_EQ(deq->nbytes, size_t(numel) * 4);
-  const size_t rb = dtype_row_bytes(DType::Q4M, cols, 32);
-  ASSERT_EQ(rb, ggml_type_size(GgmlType::Q4_1, cols));
-  std::vector<float> got(static_cast<size_t>(cols));
-  const float* want = reinterpret_cast<const float*>(deq->data);
-  for (int64_t r = 0; r < rows; ++r) {
-    dequantize_row(DType::Q4M, 32, q->data + size_t(r) * rb, got.data(), cols);
-    ASSERT_EQ(std::memcmp(got.data(), want + r * cols, size_t(cols) * 4), 0) << "row " << r;
-  }
-}
-
 }  // namespace
 }  // namespace llm

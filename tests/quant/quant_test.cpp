@@ -52,7 +52,9 @@ llm_status quantize_status(DType t, uint32_t group, int64_t cols) {
 }
 
 // quantize_row on source.f32 reproduces ggml_quantize_chunk's bytes exactly,
-// and dequantize_row reproduces ggml's to_float exactly.
+// and dequantize_row reproduces ggml's to_float exactly. Q4_1 is Q4M at group
+// 32 byte for byte (GGUF Q4_1 loads natively): ggml's Q4_1 rows decode to its
+// floats exactly, though our fitted quantizer chooses other bytes.
 TEST(Quant, MatchesGgmlBytesAtGroup32) {
   const Vectors& v = vectors();
   const float* src = reinterpret_cast<const float*>(v.get("source.f32").data);
@@ -60,9 +62,11 @@ TEST(Quant, MatchesGgmlBytesAtGroup32) {
     const char* name;
     DType t;
     uint32_t group;
+    bool ggml_quantizer;  // false: the bytes are ggml's layout, the quantizer is our own (q4m's fit)
   };
-  for (const Case& c : {Case{"q8_0", DType::Q8, 32}, Case{"q4_0", DType::Q4, 32}, Case{"f16", DType::F16, 0},
-                        Case{"bf16", DType::BF16, 0}}) {
+  for (const Case& c : {Case{"q8_0", DType::Q8, 32, true}, Case{"q4_0", DType::Q4, 32, true},
+                        Case{"q4_1", DType::Q4M, 32, false}, Case{"f16", DType::F16, 0, true},
+                        Case{"bf16", DType::BF16, 0, true}}) {
     const GgufTensorInfo& q = v.get(std::string("q.") + c.name);
     const GgufTensorInfo& deq = v.get(std::string("deq.") + c.name);
     const size_t rb = dtype_row_bytes(c.t, 256, c.group);
@@ -76,7 +80,7 @@ TEST(Quant, MatchesGgmlBytesAtGroup32) {
       dequantize_row(c.t, c.group, q.data + size_t(r) * rb, back.data(), 256);
       ASSERT_EQ(std::memcmp(back.data(), deq.data + size_t(r) * 1024, 1024), 0) << c.name << " row " << r;
     }
-    EXPECT_EQ(mismatched_rows, 0) << c.name;
+    if (c.ggml_quantizer) EXPECT_EQ(mismatched_rows, 0) << c.name;
   }
 }
 
