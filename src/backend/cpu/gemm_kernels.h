@@ -8,9 +8,15 @@
 // always starts on a tile boundary.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "backend/cpu/matmul.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <xmmintrin.h>  // _mm_prefetch
+#endif
 
 namespace llm::cpu::kern {
 
@@ -35,6 +41,55 @@ void matmul_q_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, 
                      int64_t r1);
 
 #if defined(__x86_64__) || defined(_M_X64)
+// The prefill (n > 1) loop nest of the f32-accumulation path, shared by the
+// AVX2 and AVX-512 families; each passes its own tile code. Per K block of
+// KBlock values, block of x rows (up to XBlockBytes, kept in L2) and tile of
+// kRowTile W rows: the next tile's W segment is prefetched into L2 (too short
+// for the hardware prefetcher to ramp up), the tile is dequantized once into
+// an L1 buffer (F32 is used in place) by dequant(row, k0, len, dst), and
+// rows(nr, w_tile, w_stride, x, nc, len, y, accumulate) runs the block's x
+// rows over it. Neither the blocking nor the prefetch changes any output's
+// summation order. Dequant and Rows are lambdas of the calling kernel file,
+// so each family instantiates its own copy with its own target flags.
+template <int64_t KBlock, int Cols, int64_t XBlockBytes, class Dequant, class Rows>
+void f_prefill_blocked(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0,
+                       int64_t r1, Dequant&& dequant, Rows&& rows) {
+  const int64_t cols = w.cols;
+  thread_local std::vector<float> buf;
+  if (buf.size() < size_t(kRowTile * KBlock)) buf.resize(size_t(kRowTile * KBlock));
+  for (int64_t k0 = 0; k0 < cols; k0 += KBlock) {
+    const int64_t len = std::min(KBlock, cols - k0);
+    const int64_t xblock = std::max<int64_t>(Cols, XBlockBytes / (len * 4) / Cols * Cols);
+    // The stored bytes of values [k0, k0 + len) of a row (k0 and len are
+    // multiples of the group, so this is exact for every dtype).
+    const size_t seg0 = size_t(k0) * w.row_bytes / size_t(cols);
+    const size_t seg_bytes = size_t(len) * w.row_bytes / size_t(cols);
+    for (int64_t c0 = 0; c0 < n; c0 += xblock) {
+      const int64_t nc = std::min(xblock, n - c0);
+      for (int64_t r = r0; r < r1; r += kRowTile) {
+        const int64_t nr = std::min<int64_t>(kRowTile, r1 - r);
+        for (int64_t i = r + kRowTile; i < std::min(r1, r + 2 * kRowTile); ++i) {
+          const uint8_t* p = w.data + size_t(i) * w.row_bytes + seg0;
+          for (size_t b = 0; b < seg_bytes; b += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T1);
+        }
+        const uint8_t* wt;
+        size_t ws;
+        if (w.dtype == DType::F32) {
+          wt = w.data + size_t(r) * w.row_bytes + size_t(k0) * 4;
+          ws = w.row_bytes;
+        } else {
+          for (int64_t i = 0; i < nr; ++i)
+            dequant(w.data + size_t(r + i) * w.row_bytes, k0, len, buf.data() + i * KBlock);
+          wt = reinterpret_cast<const uint8_t*>(buf.data());
+          ws = KBlock * sizeof(float);
+        }
+        rows(nr, wt, ws, x + c0 * cols + k0, nc, len, y + c0 * w.rows + r, k0 > 0);
+      }
+    }
+  }
+}
+
 // pair_layout (what matmul_q_avx2 expects for Q4 group-32 weights, see
 // q_pair_layout): each pair of blocks (2k, 2k+1) is stored as
 // [2k: 0..15][2k+1: 0..15][2k: 16..31][2k+1: 16..31]; an odd last block stays plain.

@@ -660,7 +660,6 @@ void matmul_q_avx512(const WeightView& w, const uint8_t* xq, int64_t n, float* y
 
 void matmul_f_avx512(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0,
                      int64_t r1) {
-  const int64_t cols = w.cols;
   // Decode of an unquantized type: stream W once, converting in registers.
   if (n == 1 && !dtype_is_quantized(w.dtype)) {
     switch (w.dtype) {
@@ -670,46 +669,12 @@ void matmul_f_avx512(const WeightView& w, const float* x, int64_t n, float* y, i
     }
     return;
   }
-  // Otherwise: per K block, block of x rows (L2) and 4-row tile, dequantize
-  // the tile once into an L1-sized buffer (F32 is used in place) and run the
-  // block's x rows over it.
-  thread_local std::vector<float> buf;
-  if (buf.size() < size_t(kRowTile * kFKBlock)) buf.resize(size_t(kRowTile * kFKBlock));
-  for (int64_t k0 = 0; k0 < cols; k0 += kFKBlock) {
-    const int64_t len = std::min(kFKBlock, cols - k0);
-    const int64_t xblock = std::max<int64_t>(kFCols, kFXBlockBytes / (len * 4) / kFCols * kFCols);
-    // The stored bytes of values [k0, k0 + len) of a row (k0 and len are
-    // multiples of the group, so this is exact for every dtype).
-    const size_t seg0 = size_t(k0) * w.row_bytes / size_t(cols);
-    const size_t seg_bytes = size_t(len) * w.row_bytes / size_t(cols);
-    for (int64_t c0 = 0; c0 < n; c0 += xblock) {
-      const int64_t nc = std::min(xblock, n - c0);
-      for (int64_t r = r0; r < r1; r += kRowTile) {
-        const int64_t nr = std::min<int64_t>(kRowTile, r1 - r);
-        // The next tile's W segment into L2 while this one computes: the
-        // segments are too short for the hardware prefetcher to ramp up.
-        for (int64_t i = r + kRowTile; i < std::min(r1, r + 2 * kRowTile); ++i) {
-          const uint8_t* p = w.data + size_t(i) * w.row_bytes + seg0;
-          for (size_t b = 0; b < seg_bytes; b += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T1);
-        }
-        const uint8_t* wt;
-        size_t ws;
-        if (w.dtype == DType::F32) {
-          wt = w.data + size_t(r) * w.row_bytes + size_t(k0) * 4;
-          ws = w.row_bytes;
-        } else {
-          for (int64_t i = 0; i < nr; ++i)
-            dequant_segment(w, w.data + size_t(r + i) * w.row_bytes, k0, len,
-                            buf.data() + i * kFKBlock);
-          wt = reinterpret_cast<const uint8_t*>(buf.data());
-          ws = kFKBlock * sizeof(float);
-        }
-        f_rows_any<LoadF32>(nr, wt, ws, x + c0 * cols + k0, cols, nc, len, y + c0 * w.rows + r,
-                            w.rows, k0 > 0);
-      }
-    }
-  }
+  // Otherwise the shared blocked loop (gemm_kernels.h) over this family's tiles.
+  f_prefill_blocked<kFKBlock, kFCols, kFXBlockBytes>(
+      w, x, n, y, r0, r1,
+      [&](const uint8_t* row, int64_t k0, int64_t len, float* dst) { dequant_segment(w, row, k0, len, dst); },
+      [&](int64_t nr, const uint8_t* wt, size_t ws, const float* xb, int64_t nc, int64_t len, float* yb,
+          bool accumulate) { f_rows_any<LoadF32>(nr, wt, ws, xb, w.cols, nc, len, yb, w.rows, accumulate); });
 }
 
 }  // namespace llm::cpu::kern
