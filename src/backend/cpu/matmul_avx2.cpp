@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm_kernels.h"
+#include "quant/quant.h"
 
 namespace llm::cpu::kern {
 
@@ -641,19 +642,10 @@ void dequant_segment(const WeightView& w, const uint8_t* row, int64_t k0, int64_
       return;
     }
     case DType::Q4M: {
-      // nibble * d + m, a multiply then an add as in the reference (scalar,
-      // and so without FMA contraction: -mfma would fuse a vector mul + add).
-      const int64_t g = w.group, half = g / 2, gb = 4 + half;
-      for (int64_t b = k0 / g; b < (k0 + len) / g; ++b) {
-        const uint8_t* blk = row + b * gb;
-        const float d = _cvtsh_ss(load_u16(blk)), m = _cvtsh_ss(load_u16(blk + 2));
-        float* out = dst + (b * g - k0);
-        for (int64_t j = 0; j < half; ++j) {
-          volatile float lo = float(blk[4 + j] & 0x0f) * d, hi = float(blk[4 + j] >> 4) * d;
-          out[j] = lo + m;
-          out[half + j] = hi + m;
-        }
-      }
+      // The reference decoder itself (quant.cpp, built without -mfma, so
+      // nibble * d + m stays a multiply then an add): the exact values.
+      const int64_t g = w.group;
+      llm::dequantize_row(DType::Q4M, w.group, row + (k0 / g) * (4 + g / 2), dst, len);
       return;
     }
   }

@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm_kernels.h"
+#include "quant/quant.h"
 
 namespace llm::cpu::kern {
 
@@ -620,19 +621,10 @@ void dequant_segment(const WeightView& w, const uint8_t* row, int64_t k0, int64_
     }
     case DType::Q4M: {
       // Not reached today: matmul() keeps Q4M on the AVX2 family, which has
-      // its integer kernels. Kept exact like dequantize_row (a multiply,
-      // then an add; volatile stops -mfma from fusing them).
-      const int64_t g = w.group, half = g / 2, gb = 4 + half;
-      for (int64_t b = k0 / g; b < (k0 + len) / g; ++b) {
-        const uint8_t* blk = row + b * gb;
-        const float d = _cvtsh_ss(load_u16(blk)), m = _cvtsh_ss(load_u16(blk + 2));
-        float* out = dst + (b * g - k0);
-        for (int64_t j = 0; j < half; ++j) {
-          volatile float lo = float(blk[4 + j] & 0x0f) * d, hi = float(blk[4 + j] >> 4) * d;
-          out[j] = lo + m;
-          out[half + j] = hi + m;
-        }
-      }
+      // its integer kernels. The reference decoder itself (quant.cpp, built
+      // without -mfma, so nibble * d + m stays a multiply then an add).
+      const int64_t g = w.group;
+      llm::dequantize_row(DType::Q4M, w.group, row + (k0 / g) * (4 + g / 2), dst, len);
       return;
     }
   }
