@@ -258,14 +258,18 @@ void run_matmul(benchmark::State& state, int64_t n, size_t rotate) {
   const int64_t rows = state.range(1), cols = state.range(2);
   const int threads = int(state.range(3));
   WeightSet set = make_set(v.dtype, v.group, rows, cols, rotate);
-  const std::vector<float> x = make_x(n, cols);
+  // Activations 64-byte aligned, as the engine keeps them (core/alloc.h).
+  const std::vector<float> x0 = make_x(n, cols);
+  std::vector<float> x_storage(x0.size() + 16);
+  float* const x = x_storage.data() + (64 - reinterpret_cast<uintptr_t>(x_storage.data()) % 64) % 64 / 4;
+  std::copy(x0.begin(), x0.end(), x);
   std::vector<float> y(size_t(n * rows));
   ThreadPool* pool = pool_for(threads);
   size_t next = 0;
   for (auto _ : state) {
     set.view.data = set.copies[next].data();
     next = (next + 1) % set.copies.size();
-    llm::cpu::matmul(set.view, x.data(), n, y.data(), pool, v.mode);
+    llm::cpu::matmul(set.view, x, n, y.data(), pool, v.mode);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }

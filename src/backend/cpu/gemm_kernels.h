@@ -44,35 +44,40 @@ void matmul_q_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, 
 // The prefill (n > 1) loop nest of the f32-accumulation path, shared by the
 // AVX2 and AVX-512 families; each passes its own tile code. Per K block of
 // KBlock values, block of x rows (up to XBlockBytes, kept in L2) and tile of
-// kRowTile W rows: the next tile's W segment is prefetched into L2 (too short
-// for the hardware prefetcher to ramp up), the tile is dequantized once into
-// an L1 buffer (F32 is used in place) by dequant(row, k0, len, dst), and
-// rows(nr, w_tile, w_stride, x, nc, len, y, accumulate) runs the block's x
-// rows over it. Neither the blocking nor the prefetch changes any output's
+// kRowTile W rows: the tile is dequantized once into an L1 buffer (F32 is
+// used in place) by dequant(row, k0, len, dst), and rows(nr, w_tile,
+// w_stride, x, nc, len, y, accumulate) runs the block's x rows over it, a
+// slice of 4 * Cols rows per call. Before each slice an even share of the
+// next tile's W segment is prefetched into L2: the segment is too short for
+// the hardware prefetcher to ramp up, and prefetched in one burst much of it
+// still missed (the burst overflows the outstanding-miss queue); spread out,
+// the dequantization's share of an f16 pp512 fell from 21% to 9%. Neither the blocking nor the prefetch changes any output's
 // summation order. Dequant and Rows are lambdas of the calling kernel file,
 // so each family instantiates its own copy with its own target flags.
 template <int64_t KBlock, int Cols, int64_t XBlockBytes, class Dequant, class Rows>
 void f_prefill_blocked(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0,
                        int64_t r1, Dequant&& dequant, Rows&& rows) {
   const int64_t cols = w.cols;
-  thread_local std::vector<float> buf;
-  if (buf.size() < size_t(kRowTile * KBlock)) buf.resize(size_t(kRowTile * KBlock));
+  // The tile buffer is 64-byte aligned (each 16-float vector is one cache
+  // line) and its rows are a line longer than KBlock, so they do not alias
+  // each other in L1 sets.
+  constexpr int64_t kBufStride = KBlock + 16;
+  constexpr int64_t kSlice = 4 * Cols;
+  thread_local std::vector<float> storage;
+  if (storage.size() < size_t(kRowTile * kBufStride + 16)) storage.resize(size_t(kRowTile * kBufStride + 16));
+  float* const buf = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64 / 4;
   for (int64_t k0 = 0; k0 < cols; k0 += KBlock) {
     const int64_t len = std::min(KBlock, cols - k0);
     const int64_t xblock = std::max<int64_t>(Cols, XBlockBytes / (len * 4) / Cols * Cols);
     // The stored bytes of values [k0, k0 + len) of a row (k0 and len are
     // multiples of the group, so this is exact for every dtype).
     const size_t seg0 = size_t(k0) * w.row_bytes / size_t(cols);
-    const size_t seg_bytes = size_t(len) * w.row_bytes / size_t(cols);
+    const size_t seg_lines = (size_t(len) * w.row_bytes / size_t(cols) + 63) / 64;
     for (int64_t c0 = 0; c0 < n; c0 += xblock) {
       const int64_t nc = std::min(xblock, n - c0);
+      const int64_t slices = (nc + kSlice - 1) / kSlice;
       for (int64_t r = r0; r < r1; r += kRowTile) {
         const int64_t nr = std::min<int64_t>(kRowTile, r1 - r);
-        for (int64_t i = r + kRowTile; i < std::min(r1, r + 2 * kRowTile); ++i) {
-          const uint8_t* p = w.data + size_t(i) * w.row_bytes + seg0;
-          for (size_t b = 0; b < seg_bytes; b += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T1);
-        }
         const uint8_t* wt;
         size_t ws;
         if (w.dtype == DType::F32) {
@@ -80,11 +85,24 @@ void f_prefill_blocked(const WeightView& w, const float* x, int64_t n, float* y,
           ws = w.row_bytes;
         } else {
           for (int64_t i = 0; i < nr; ++i)
-            dequant(w.data + size_t(r + i) * w.row_bytes, k0, len, buf.data() + i * KBlock);
-          wt = reinterpret_cast<const uint8_t*>(buf.data());
-          ws = KBlock * sizeof(float);
+            dequant(w.data + size_t(r + i) * w.row_bytes, k0, len, buf + i * kBufStride);
+          wt = reinterpret_cast<const uint8_t*>(buf);
+          ws = kBufStride * sizeof(float);
         }
-        rows(nr, wt, ws, x + c0 * cols + k0, nc, len, y + c0 * w.rows + r, k0 > 0);
+        // Lines of the next tile's segment: line l is row r + kRowTile + l /
+        // seg_lines, 64 * (l % seg_lines) bytes into the segment.
+        const uint8_t* next = w.data + size_t(r + kRowTile) * w.row_bytes + seg0;
+        const size_t lines = size_t(std::clamp<int64_t>(r1 - r - kRowTile, 0, kRowTile)) * seg_lines;
+        const size_t per_slice = (lines + size_t(slices) - 1) / size_t(slices);
+        size_t l = 0;
+        for (int64_t s0 = 0; s0 < nc; s0 += kSlice) {
+          for (const size_t e = std::min(lines, l + per_slice); l < e; ++l) {
+            const uint8_t* p = next + (l / seg_lines) * w.row_bytes + (l % seg_lines) * 64;
+            _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+          }
+          rows(nr, wt, ws, x + (c0 + s0) * cols + k0, std::min(kSlice, nc - s0), len, y + (c0 + s0) * w.rows + r,
+               k0 > 0);
+        }
       }
     }
   }

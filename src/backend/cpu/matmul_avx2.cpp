@@ -542,8 +542,11 @@ constexpr int64_t kFKBlock = 1024;
 
 constexpr int kFCols = 3;  // x rows per f32 tile when n > 1: 4 x 3 accumulators
 
-// x rows per L2 block on the f32 path: large, since each block re-reads W.
-constexpr int64_t kFXBlockBytes = 768 << 10;
+// x rows per L2 block on the f32 path. Each block re-reads (and re-converts)
+// W, but a block that fills L2 leaves no room for the W prefetches and the
+// tile buffer: 384 KiB measured ahead of 256 KiB and
+// 512-768 KiB on f16 pp512 (1 thread).
+constexpr int64_t kFXBlockBytes = 384 << 10;
 
 template <class L, int R>
 void f_rows(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t n, int64_t len,

@@ -27,7 +27,7 @@
 //       prefill: K blocks of 1024; a 4-row tile is dequantized once into an
 //                L1 buffer (the next tile's W prefetched into L2 meanwhile)
 //                and 4 x rows at a time run over it, x rows in blocks of up
-//                to 768 KiB (L2; each block re-reads W).
+//                to 512 KiB (L2; each block re-reads W).
 //
 // Canonical summation order (batch invariance): an output never depends on
 // n, on the tile it landed in or on the thread count, so every tile shape
@@ -507,8 +507,11 @@ void f_tile(const uint8_t* w, size_t ws, const float* x, int64_t xs, int64_t len
 // has a scalar tail.
 constexpr int64_t kFKBlock = 1024;
 
-// x rows per L2 block on the f32 path: large, since each block re-reads W.
-constexpr int64_t kFXBlockBytes = 768 << 10;
+// x rows per L2 block on the f32 path. Each block re-reads (and re-converts)
+// W, but a block that fills L2 leaves no room for the W prefetches and the
+// tile buffer: 512 KiB (128 rows of 1024) measured
+// ahead of 384 KiB and 768 KiB on f16 pp512 (1 thread).
+constexpr int64_t kFXBlockBytes = 512 << 10;
 
 // x rows per f32 tile when n > 1: 4 x 4 accumulators (one partial at a
 // time) + 4 W vectors + 1 x; measured ahead of 4 x 3 with both partials
