@@ -139,9 +139,11 @@ ModelSource awq_apply(const ModelSource& src, const AwqCalibration& cal, const A
 // Quantizes the columns of W one at a time and spreads each column's
 // rounding error over the columns not yet quantized, weighted by the inverse
 // Hessian H = X^T X (+ damping) of the calibration inputs, so the layer's
-// output on those inputs moves as little as possible. The storage format is
-// unchanged (the group scale is the standard one, computed from the updated
-// weights when the group starts); only the rounding decisions differ from
+// output on those inputs moves as little as possible. Q4 and Q8 go column
+// by column, each group's scale the standard one of the updated weights when
+// the group starts. Q4M goes in "act order" (decreasing H_jj) with static
+// groups: scale and minimum fitted to the original weights before the pass.
+// The storage format is unchanged; only the rounding decisions differ from
 // the plain quantizer. Cost O(cols^3) per input site plus O(rows cols^2).
 
 struct GptqTensorReport {

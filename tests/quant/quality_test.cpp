@@ -232,10 +232,12 @@ TEST(QuantQuality, Q4G32CalibratedRecipesBeatPlain) {
   EXPECT_LT(qg.mean_kl, plain.mean_kl * 0.4);
 
   // The same recipe in q4m (a per-group minimum, fitted to sqrt(H_jj)-weighted
-  // error), the best q4-class recipe (docs/QUANTIZATION.md): 93.5-95.6%
-  // agreement depending on the calibration sample (this one: ~94%). Asserted
+  // error; GPTQ in act order with static groups), the best q4-class recipe
+  // (docs/QUANTIZATION.md): 92.4-95.6% agreement depending on the
+  // calibration sample (this one: 95.1%, KL 0.0178). Agreement is asserted
   // with a margin: one of 810 positions is 0.12%, and other CPUs' float
-  // rounding in the calibration may move a few.
+  // rounding in the calibration may move a few. KL is steadier: the bound
+  // fails for natural-order GPTQ (KL 0.0186 on this sample).
   co.dtype = DType::Q4M;
   llm::ModelSource m_src = llm::gptq_quantize(f32_source(), cal, co, 0.01, nullptr, pool);
   for (auto& t : m_src.tensors) {
@@ -251,7 +253,7 @@ TEST(QuantQuality, Q4G32CalibratedRecipesBeatPlain) {
               qm.agreement, qm.mean_kl, qm_fast.agreement, qm_fast.mean_kl);
   EXPECT_GE(qm.agreement, 0.93);
   EXPECT_GE(qm_fast.agreement, 0.92);
-  EXPECT_LT(qm.mean_kl, 0.021);
+  EXPECT_LT(qm.mean_kl, 0.0183);
   EXPECT_LT(qm.mean_kl, qg.mean_kl * 0.9);
 }
 
