@@ -144,6 +144,44 @@ TEST(ReferenceStories260K, SingleThreadSameAsTwo) {
   check_cases(h1.m, llm::testing::load_greedy_cases("stories260K_greedy.json"), LLM_KV_F32, 1e-4f);
 }
 
+// Prefill splits its element-wise steps (norms, RoPE, KV stores, SwiGLU,
+// residual adds) and its matmuls by rows over the pool: the logits after a
+// long prefill and after each decode step must not change by one bit with
+// the thread count, in fast and in reference math, with f16 and int8 KV.
+TEST(ReferenceStories260K, ThreadCountChangesNoBit) {
+  const GreedyCase c = llm::testing::load_greedy_cases("stories260K_greedy.json").front();
+  std::vector<int32_t> toks = c.prompt_ids;
+  toks.insert(toks.end(), c.generated_ids.begin(), c.generated_ids.end());
+  ASSERT_GE(toks.size(), 32u);
+  for (uint32_t flags : {0u, uint32_t(LLM_LOAD_REFERENCE_MATH)}) {
+    for (llm_kv_type kv : {LLM_KV_F16, LLM_KV_INT8}) {
+      std::vector<std::vector<float>> runs[2];
+      for (int t = 1; t <= 2; ++t) {
+        ModelHandle h{load(model_path("stories260K.gguf"), flags, t)};
+        ASSERT_NE(h.m, nullptr);
+        llm_session_params sp;
+        llm_session_params_init(&sp);
+        sp.kv_type = kv;
+        llm_session* s = nullptr;
+        ASSERT_EQ(llm_session_create(h.m, &sp, &s), LLM_OK) << llm_last_error();
+        ASSERT_EQ(llm_prefill(s, toks.data(), toks.size()), LLM_OK) << llm_last_error();
+        for (int step = 0; step < 8; ++step) {
+          const float* lg = nullptr;
+          size_t nv = 0;
+          ASSERT_EQ(llm_logits(s, &lg, &nv), LLM_OK);
+          runs[t - 1].emplace_back(lg, lg + nv);
+          llm_token next = -1;
+          ASSERT_EQ(llm_decode_step(s, nullptr, &next), LLM_OK) << llm_last_error();
+        }
+        llm_session_free(s);
+      }
+      ASSERT_EQ(runs[0].size(), runs[1].size());
+      for (size_t k = 0; k < runs[0].size(); ++k)
+        EXPECT_EQ(runs[0][k], runs[1][k]) << "flags " << flags << " kv " << int(kv) << " step " << k;
+    }
+  }
+}
+
 TEST(ReferenceLlama2TinyRandom, GgufF16Exact) {
   ModelHandle h{load(model_path("llama-2-tiny-random.gguf"))};
   check_cases(h.m, llm::testing::load_greedy_cases("llama-2-tiny-random_greedy.json"), LLM_KV_F32, 1e-4f);
