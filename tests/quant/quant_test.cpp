@@ -80,7 +80,9 @@ TEST(Quant, MatchesGgmlBytesAtGroup32) {
       dequantize_row(c.t, c.group, q.data + size_t(r) * rb, back.data(), 256);
       ASSERT_EQ(std::memcmp(back.data(), deq.data + size_t(r) * 1024, 1024), 0) << c.name << " row " << r;
     }
-    if (c.ggml_quantizer) EXPECT_EQ(mismatched_rows, 0) << c.name;
+    if (c.ggml_quantizer) {
+      EXPECT_EQ(mismatched_rows, 0) << c.name;
+    }
   }
 }
 
