@@ -293,11 +293,11 @@ void Session::forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel) {
     });
     cpu::matmul(w.w_down, hb_.data(), n, xb, pool, mode);
   }
-  for_rows(n, [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0 * dim; i < r1 * dim; ++i) x[i] += xb[i];
-  });
-  // Logits of the last row only.
-  cpu::rmsnorm(xb, x + (n - 1) * dim, model_.output_norm(), 1, dim, c.norm_eps);
+  // Logits of the last row only, so only that row takes the last layer's
+  // feed-forward residual (the others' is fused into a next layer's norm).
+  float* last = x + (n - 1) * dim;
+  for (int64_t i = 0; i < dim; ++i) last[i] += xb[(n - 1) * dim + i];
+  cpu::rmsnorm(xb, last, model_.output_norm(), 1, dim, c.norm_eps);
   cpu::matmul(model_.output(), xb, 1, logits_.data(), pool, mode);
   n_cached_ = p0 + uint32_t(n);
   logits_valid_ = true;
