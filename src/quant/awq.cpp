@@ -628,22 +628,29 @@ std::vector<int64_t> act_order(const std::vector<double>& H, int64_t cols) {
   return perm;
 }
 
-// One row through GPTQ: w (f32 [cols], clobbered) -> dst bytes of (dtype,
-// group). Group parameters follow the standard rules (Q8: max|w| / 127; Q4:
-// the signed value of largest magnitude / -8; Q4M: q4m_fit_group with each
-// column weighted by sqrt(H_jj), so columns whose inputs are large count
-// more, but less than in proportion, GPTQ's error feedback already favouring
-// them). The columns are rounded in the order perm, each rounding error
-// spread over the columns after it through U, the upper Cholesky factor of
-// the inverse of the Hessian permuted the same way.
-//   static_groups: every group's parameters come from the original weights,
-//     before the pass (needed with act order, which visits a group's
-//     columns out of order);
-//   otherwise (natural order only) from the error-updated weights when the
-//     group's first column comes up.
-void gptq_row(float* w, int64_t cols, const std::vector<double>& U, const std::vector<int64_t>& perm,
-              bool static_groups, const std::vector<float>& importance, DType dtype, uint32_t group,
-              uint8_t* dst) {
+// The column order of a GPTQ pass and what goes with it: U, the upper
+// Cholesky factor of the inverse of the (damped) Hessian permuted the same
+// way, and where group parameters come from.
+//   act order: perm = act_order(H), static_groups (every group's parameters
+//     from the original weights, before the pass: act order visits a
+//     group's columns out of order);
+//   natural order: perm = identity, each group's parameters from the
+//     error-updated weights when its first column comes up.
+struct GptqOrder {
+  std::vector<int64_t> perm;
+  std::vector<double> U;
+  bool static_groups = false;
+};
+
+// One row through GPTQ: w (f32 [cols], the original row) -> dst bytes of
+// (dtype, group). Group parameters follow the standard rules (Q8: max|w| /
+// 127; Q4: the signed value of largest magnitude / -8; Q4M: q4m_fit_group
+// with each column weighted by sqrt(H_jj), so columns whose inputs are large
+// count more, but less than in proportion, GPTQ's error feedback already
+// favouring them). The columns are rounded in the order o.perm, each
+// rounding error spread over the columns after it through o.U.
+void gptq_row(const float* w, int64_t cols, const GptqOrder& o, const std::vector<float>& importance, DType dtype,
+              uint32_t group, uint8_t* dst) {
   const int64_t g = dtype == DType::Q8 ? 32 : int64_t(group);
   const int64_t hb = dtype == DType::Q8 ? 2 : q4_header_bytes(dtype);
   const int64_t gbytes = dtype == DType::Q8 ? 34 : hb + g / 2;
@@ -673,15 +680,16 @@ void gptq_row(float* w, int64_t cols, const std::vector<double>& U, const std::v
     gd[size_t(b)] = f16_to_f32(h);
     if (dtype == DType::Q4) std::memset(blk + 2, 0, size_t(half));
   };
-  if (static_groups)
+  if (o.static_groups)
     for (int64_t b = 0; b < ng; ++b) fit(b, w + b * g);
-  // The pass runs on the permuted row, so each update is one contiguous sweep.
+  // The pass runs on a permuted copy of the row, so each update is one
+  // contiguous sweep.
   std::vector<float> wp(static_cast<size_t>(cols));
-  for (int64_t j = 0; j < cols; ++j) wp[size_t(j)] = w[perm[size_t(j)]];
+  for (int64_t j = 0; j < cols; ++j) wp[size_t(j)] = w[o.perm[size_t(j)]];
   for (int64_t j = 0; j < cols; ++j) {
-    const int64_t i = perm[size_t(j)];  // the original column
+    const int64_t i = o.perm[size_t(j)];  // the original column
     const int64_t e = i % g;
-    if (!static_groups && e == 0) fit(i / g, &wp[size_t(j)]);  // natural order: j == i
+    if (!o.static_groups && e == 0) fit(i / g, &wp[size_t(j)]);  // natural order: j == i
     uint8_t* blk = dst + (i / g) * gbytes;
     const float d = gd[size_t(i / g)], m = gm[size_t(i / g)];
     const float v = wp[size_t(j)];
@@ -704,8 +712,8 @@ void gptq_row(float* w, int64_t cols, const std::vector<double>& U, const std::v
       else blk[2 + e - half] = uint8_t(blk[2 + e - half] | (q << 4));
       deq = float(q - 8) * d;
     }
-    const double err = (double(v) - double(deq)) / U[size_t(j * cols + j)];
-    const double* urow = &U[size_t(j * cols)];
+    const double err = (double(v) - double(deq)) / o.U[size_t(j * cols + j)];
+    const double* urow = &o.U[size_t(j * cols)];
     for (int64_t k = j + 1; k < cols; ++k) wp[size_t(k)] -= float(err * urow[k]);
   }
 }
@@ -798,27 +806,24 @@ ModelSource gptq_quantize(const ModelSource& src, const AwqCalibration& cal, con
       // order with each group's scale from the updated weights (their
       // max-based scale taken from the original weights loses more than act
       // order gains: q4 g32 GPTQ on stories260K, KL 0.028 -> 0.033).
-      struct Order {
-        std::vector<int64_t> perm;
-        std::vector<double> U;
-      };
-      Order orders[2];  // [0] natural, [1] act order; factored on first use
-      auto order_for = [&](DType dt) -> const Order& {
-        Order& o = orders[dt == DType::Q4M ? 1 : 0];
+      GptqOrder orders[2];  // [0] natural, [1] act order; factored on first use
+      auto order_for = [&](DType dt) -> const GptqOrder& {
+        const bool act = dt == DType::Q4M;
+        GptqOrder& o = orders[act ? 1 : 0];
         if (!o.U.empty()) return o;
-        if (dt == DType::Q4M) {
+        o.static_groups = act;
+        if (act) {
           o.perm = act_order(H, cols);
         } else {
           o.perm.resize(size_t(cols));
           for (int64_t a = 0; a < cols; ++a) o.perm[size_t(a)] = a;
         }
-        std::vector<double> Hp(H.size());
-        for (int64_t a = 0; a < cols; ++a)
-          for (int64_t b = 0; b < cols; ++b)
-            Hp[size_t(a * cols + b)] = H[size_t(o.perm[size_t(a)] * cols + o.perm[size_t(b)])];
         double d = damp;
         for (int attempt = 0;; ++attempt) {
-          std::vector<double> Hd = Hp;
+          std::vector<double> Hd(H.size());  // H permuted like the columns, then damped
+          for (int64_t a = 0; a < cols; ++a)
+            for (int64_t b = 0; b < cols; ++b)
+              Hd[size_t(a * cols + b)] = H[size_t(o.perm[size_t(a)] * cols + o.perm[size_t(b)])];
           for (int64_t a = 0; a < cols; ++a) Hd[size_t(a * cols + a)] += d * mean_diag;
           if (inverse_cholesky_upper(std::move(Hd), cols, &o.U, pool)) break;
           LLM_CHECK(attempt < 6, LLM_ERR_INTERNAL, "gptq: the Hessian of layer %d site %s is not positive definite",
@@ -834,12 +839,9 @@ ModelSource gptq_quantize(const ModelSource& src, const AwqCalibration& cal, con
         const int64_t rows = t.rows();
         const size_t rb = dtype_row_bytes(s.dtype, cols, s.group);
         auto bytes = std::make_shared<std::vector<uint8_t>>(rb * size_t(rows));
-        const Order& o = order_for(s.dtype);
-        const bool static_groups = s.dtype == DType::Q4M;
+        const GptqOrder& o = order_for(s.dtype);
         parallel_for(pool, rows, [&](int64_t r) {
-          std::vector<float> w(W.begin() + std::ptrdiff_t(r * cols), W.begin() + std::ptrdiff_t((r + 1) * cols));
-          gptq_row(w.data(), cols, o.U, o.perm, static_groups, importance, s.dtype, s.group,
-                   bytes->data() + size_t(r) * rb);
+          gptq_row(W.data() + r * cols, cols, o, importance, s.dtype, s.group, bytes->data() + size_t(r) * rb);
         });
         if (report) {
           GptqTensorReport rep;
