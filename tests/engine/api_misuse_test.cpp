@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "llm.h"
+#include "tmp.h"
 
 namespace {
 
 std::string model_path(const char* name) { return std::string(LLM_MODELS_DIR) + "/" + name; }
-std::string tmp_path(const char* name) { return std::string(LLM_TEST_TMPDIR) + "/" + name; }
+using llm::testing::tmp_path;
 
 llm_model* load(const char* name, uint32_t flags = 0, uint32_t page_tokens = 0, uint64_t kv_budget = 0) {
   llm_load_params p;

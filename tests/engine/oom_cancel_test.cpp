@@ -33,6 +33,7 @@
 #include "format/llm_file.h"
 #include "llm.h"
 #include "sanitizers.h"
+#include "tmp.h"
 
 // ---------------------------------------------------------------- operator new probe
 //
@@ -135,7 +136,7 @@ using llm::testing::kSanitized;
 using Bytes = std::vector<uint8_t>;
 
 std::string model_path(const char* name) { return std::string(LLM_MODELS_DIR) + "/" + name; }
-std::string tmp_path(const std::string& name) { return std::string(LLM_TEST_TMPDIR) + "/" + name; }
+using llm::testing::tmp_path;
 
 Bytes read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

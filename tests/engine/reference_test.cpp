@@ -11,6 +11,7 @@
 #include "format/llm_file.h"
 #include "llm.h"
 #include "reference.h"
+#include "tmp.h"
 
 using llm::testing::GreedyCase;
 using llm::testing::model_path;
@@ -36,7 +37,7 @@ llm_model* load(const std::string& path, uint32_t flags = LLM_LOAD_REFERENCE_MAT
 std::string converted_stories_llm() {
   static std::string path;
   if (path.empty()) {
-    const std::string out = std::string(LLM_TEST_TMPDIR) + "/stories260K_from_bin.llm";
+    const std::string out = llm::testing::tmp_path("stories260K_from_bin.llm");
     llm::ModelSource src = llm::read_llama2c(model_path("stories260K.bin"), model_path("tok512.bin"));
     llm::write_llm(src, out);
     path = out;

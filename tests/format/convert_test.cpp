@@ -15,11 +15,12 @@
 #include "format/llama2c.h"
 #include "format/llm_file.h"
 #include "quant/quant.h"
+#include "tmp.h"
 
 namespace {
 
 std::string model_path(const char* name) { return std::string(LLM_MODELS_DIR) + "/" + name; }
-std::string tmp_path(const std::string& name) { return std::string(LLM_TEST_TMPDIR) + "/" + name; }
+using llm::testing::tmp_path;
 
 // Converts stories260K.gguf (f32) with `dtype` and compares every tensor
 // with the ggml-quantized reference file.

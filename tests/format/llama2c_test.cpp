@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "format/llama2c.h"
+#include "tmp.h"
 
 namespace {
 
@@ -21,7 +22,7 @@ std::vector<uint8_t> slurp(const std::string& path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-std::string tmp_path(const char* name) { return std::string(LLM_TEST_TMPDIR) + "/" + name; }
+using llm::testing::tmp_path;
 
 void spit(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

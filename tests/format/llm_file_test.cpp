@@ -19,13 +19,14 @@
 #include "core/thread_pool.h"
 #include "format/llama2c.h"
 #include "format/llm_file.h"
+#include "tmp.h"
 
 namespace {
 
 using llm::DType;
 using llm::LlmCodec;
 
-std::string tmp_path(const std::string& name) { return std::string(LLM_TEST_TMPDIR) + "/" + name; }
+using llm::testing::tmp_path;
 std::string model_path(const char* name) { return std::string(LLM_MODELS_DIR) + "/" + name; }
 
 std::vector<uint8_t> slurp(const std::string& path) {

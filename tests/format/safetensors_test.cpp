@@ -27,6 +27,7 @@
 #include "llm.h"
 #include "reference.h"
 #include "tokenizer/tokenizer.h"
+#include "tmp.h"
 
 namespace fs = std::filesystem;
 using llm::testing::model_path;
@@ -34,7 +35,7 @@ using llm::testing::model_path;
 namespace {
 
 std::string tmp_dir(const std::string& name) {
-  const std::string d = std::string(LLM_TEST_TMPDIR) + "/" + name;
+  const std::string d = llm::testing::tmp_path(name);
   fs::remove_all(d);
   fs::create_directories(d);
   return d;

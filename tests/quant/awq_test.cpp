@@ -20,6 +20,7 @@
 #include "quant/quant.h"
 #include "reference.h"
 #include "tokenizer/tokenizer.h"
+#include "tmp.h"
 
 namespace {
 
@@ -371,7 +372,7 @@ TEST(Gptq, LowersOutputErrorAndWritesValidBlocks) {
     }
     EXPECT_EQ(q.find("token_embd.weight")->dtype, DType::F32);  // left to the converter
     // The converter keeps GPTQ's bytes as they are.
-    const std::string path = std::string(LLM_TEST_TMPDIR) + "/gptq_synthetic.llm";
+    const std::string path = llm::testing::tmp_path("gptq_synthetic.llm");
     llm::convert_to_llm(q, path, co);
     const llm::ModelSource back = llm::read_llm(path);
     const llm::TensorData& a = *q.find("blk.1.ffn_down.weight");
