@@ -120,6 +120,10 @@ typedef void (*llm_log_fn)(llm_log_level level, const char *message, void *user_
 #define LLM_LOAD_VOCAB_ONLY 1u     /* load metadata and tokenizer only; sessions cannot be created */
 #define LLM_LOAD_REFERENCE_MATH 2u /* no activation quantization: f32 math on dequantized weights
                                       (slower; reproduces reference implementations exactly) */
+#define LLM_LOAD_NO_HUGE_PAGES 4u  /* CPU on Linux: compute on the weights where the file reader left
+                                      them (the file mapping or decompressed buffers) instead of a copy
+                                      on transparent huge pages. Less memory while loading, slower
+                                      decode (see docs/PERFORMANCE.md). No effect elsewhere. */
 
 typedef struct llm_load_params {
   uint32_t struct_size;        /* sizeof(llm_load_params) as the caller compiled it */

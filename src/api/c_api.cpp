@@ -81,7 +81,8 @@ extern "C" LLM_API llm_status llm_load(const char* path, const llm_load_params* 
             LLM_ERR_INVALID_ARGUMENT, "unknown device %d", device);
   LLM_CHECK(p.n_threads >= 0 && p.n_threads <= 1024, LLM_ERR_INVALID_ARGUMENT, "n_threads %d out of range",
             p.n_threads);
-  LLM_CHECK((p.flags & ~(LLM_LOAD_VOCAB_ONLY | LLM_LOAD_REFERENCE_MATH)) == 0, LLM_ERR_INVALID_ARGUMENT,
+  LLM_CHECK((p.flags & ~(LLM_LOAD_VOCAB_ONLY | LLM_LOAD_REFERENCE_MATH | LLM_LOAD_NO_HUGE_PAGES)) == 0,
+            LLM_ERR_INVALID_ARGUMENT,
             "unknown load flags 0x%x", p.flags);
   LLM_CHECK(p.kv_page_tokens <= 4096, LLM_ERR_INVALID_ARGUMENT, "kv_page_tokens %u out of range", p.kv_page_tokens);
   if (p.device == LLM_DEVICE_CUDA) llm::cuda::check_device();  // fails fast: DEVICE / UNSUPPORTED
@@ -91,6 +92,7 @@ extern "C" LLM_API llm_status llm_load(const char* path, const llm_load_params* 
   o.n_threads = p.n_threads;
   o.vocab_only = (p.flags & LLM_LOAD_VOCAB_ONLY) != 0;
   o.reference_math = (p.flags & LLM_LOAD_REFERENCE_MATH) != 0;
+  o.huge_pages = (p.flags & LLM_LOAD_NO_HUGE_PAGES) == 0;
   o.kv_budget_bytes = p.kv_budget_bytes;
   o.kv_page_tokens = p.kv_page_tokens ? p.kv_page_tokens : 16;
   o.progress = p.progress;

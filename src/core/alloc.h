@@ -42,4 +42,32 @@ class Buffer {
   size_t size_ = 0;
 };
 
+// One block of memory for the weights that every decode step streams. On
+// Linux it is an anonymous mapping of whole 2 MiB pages, advised for
+// transparent huge pages before anything touches it, so the kernel can back
+// it with 2 MiB pages: a token's walk over the weights then misses the TLB
+// every 2 MiB instead of every 4 KiB. Elsewhere it is ordinary memory.
+class HugePageBlock {
+ public:
+  HugePageBlock() = default;
+  explicit HugePageBlock(size_t size);  // throws Error(LLM_ERR_OUT_OF_MEMORY); size > 0
+  ~HugePageBlock();
+  HugePageBlock(HugePageBlock&& o) noexcept { *this = std::move(o); }
+  HugePageBlock& operator=(HugePageBlock&& o) noexcept;
+  HugePageBlock(const HugePageBlock&) = delete;
+  HugePageBlock& operator=(const HugePageBlock&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  // The kernel took the huge-page advice and its huge pages are not off.
+  // (It may still fall back to 4 KiB pages when memory is fragmented.)
+  bool advised() const { return advised_; }
+
+ private:
+  void release() noexcept;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0, mapped_ = 0;  // mapped_ = 0: data_ came from alloc_bytes
+  bool advised_ = false;
+};
+
 }  // namespace llm

@@ -46,6 +46,14 @@ std::shared_ptr<MappedFile> MappedFile::from_bytes(std::vector<uint8_t> bytes, s
   return f;
 }
 
+void MappedFile::drop_pages(const uint8_t* p, size_t n) const noexcept {
+  if (!mapped_ || !p || p < data_ || n > size_t(data_ + size_ - p)) return;
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

@@ -22,6 +22,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Advises the kernel that [p, p + n) will not be read again: the whole
+  // pages inside it leave this process (a private read-only mapping reads
+  // the file again if they ever are). No-op for bytes held in memory.
+  void drop_pages(const uint8_t* p, size_t n) const noexcept;
 
  private:
   MappedFile() = default;

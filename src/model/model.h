@@ -36,6 +36,7 @@ struct LoadOptions {
   int32_t n_threads = 0;
   bool vocab_only = false;
   bool reference_math = false;  // MatmulMode::Reference everywhere
+  bool huge_pages = true;       // CPU: copy the matrices into a HugePageBlock (Linux)
   uint64_t kv_budget_bytes = 0;
   uint32_t kv_page_tokens = 16;
   llm_progress_fn progress = nullptr;
@@ -70,12 +71,15 @@ class Model {
   uint64_t n_params() const { return n_params_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
   DType weight_type() const { return weight_type_; }
+  // The matrices live in a block advised for transparent huge pages.
+  bool weights_on_huge_pages() const { return weight_block_.advised(); }
 
  private:
   Model() = default;
   void build(const LoadOptions& opts);
   const float* f32_vector(const std::string& name, int64_t n);
   cpu::WeightView matrix(const std::string& name, int64_t rows, int64_t cols);
+  void move_weights_to_huge_pages();
 
   ModelSource src_;
   std::unique_ptr<Tokenizer> tokenizer_;
@@ -88,6 +92,7 @@ class Model {
   const float* output_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::vector<Buffer<float>> converted_;  // norm vectors converted to f32
+  HugePageBlock weight_block_;            // the matrices, when copied for CPU decode
   uint64_t n_params_ = 0, weight_bytes_ = 0;
   DType weight_type_ = DType::F32;
   std::unique_ptr<cuda::Backend> cuda_;  // declared last: destroyed first

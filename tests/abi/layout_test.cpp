@@ -109,7 +109,8 @@ static_assert(LLM_ERR_INTERNAL == 99, "status value changed");
 static_assert(LLM_DEVICE_AUTO == 0 && LLM_DEVICE_CPU == 1 && LLM_DEVICE_CUDA == 2, "device value changed");
 static_assert(LLM_LOG_DEBUG == 0 && LLM_LOG_INFO == 1 && LLM_LOG_WARN == 2 && LLM_LOG_ERROR == 3, "log level changed");
 static_assert(LLM_KV_F16 == 0 && LLM_KV_F32 == 1 && LLM_KV_INT8 == 2 && LLM_KV_INT4 == 3, "kv type changed");
-static_assert(LLM_LOAD_VOCAB_ONLY == 1u && LLM_LOAD_REFERENCE_MATH == 2u, "load flag changed");
+static_assert(LLM_LOAD_VOCAB_ONLY == 1u && LLM_LOAD_REFERENCE_MATH == 2u && LLM_LOAD_NO_HUGE_PAGES == 4u,
+              "load flag changed");
 static_assert(LLM_TOKENIZE_ADD_BOS == 1u && LLM_TOKENIZE_PARSE_SPECIAL == 2u, "tokenize flag changed");
 static_assert(LLM_VERSION_NUMBER == LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH,
               "version number formula changed");

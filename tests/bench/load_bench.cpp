@@ -4,7 +4,9 @@
 // page cache) and cold-ish (the file's pages dropped with
 // posix_fadvise(POSIX_FADV_DONTNEED) before each load; /proc/sys/vm/
 // drop_caches needs privileges, and fadvise only drops this file's clean
-// pages, which is what matters here).
+// pages, which is what matters here); each with the CPU weights copied to
+// huge pages (the default) and left where the reader put them
+// (LLM_LOAD_NO_HUGE_PAGES).
 //
 // The models are not made here (they are large): by default
 //   DIR=/work/bench-models/tl   (or $LLM_BENCH_MODELS)
@@ -104,6 +106,8 @@ uint32_t ggml_type(llm::DType t, uint32_t group) {
     case llm::DType::Q4:
       if (group == 32) return 2;
       break;
+    case llm::DType::Q4M:  // no GGUF twin
+      break;
   }
   std::fprintf(stderr, "load_bench: %s g%u has no GGUF type\n", llm::dtype_name(t), group);
   std::exit(1);
@@ -197,7 +201,7 @@ std::string model_path(int format) {
 
 void BM_Load(benchmark::State& state) {
   const int format = int(state.range(0)), threads = int(state.range(1));
-  const bool cold = state.range(2) != 0;
+  const bool cold = state.range(2) != 0, huge = state.range(3) != 0;
   const std::string path = model_path(format);
   if (!exists(path)) {
     state.SkipWithError(("missing " + path + " (see the comment at the top of load_bench.cpp)").c_str());
@@ -207,6 +211,7 @@ void BM_Load(benchmark::State& state) {
   llm_load_params_init(&p);
   p.device = LLM_DEVICE_CPU;
   p.n_threads = threads;
+  if (!huge) p.flags |= LLM_LOAD_NO_HUGE_PAGES;
   if (!cold) warm_cache(path);
   for (auto _ : state) {
     if (cold) {
@@ -225,14 +230,14 @@ void BM_Load(benchmark::State& state) {
   const double bytes = double(file_size(path));
   state.counters["file_MiB"] = bytes / double(1 << 20);
   state.counters["MiB/s"] = benchmark::Counter(bytes / double(1 << 20), benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(kNames[format]) + (cold ? " cold" : " warm"));
+  state.SetLabel(std::string(kNames[format]) + (cold ? " cold" : " warm") + (huge ? "" : " no-huge-pages"));
 }
 
 // Load, then one forward pass (BOS): every weight byte has been read, so a
 // lazily mapped format pays its page faults here instead of in the load.
 void BM_LoadAndFirstToken(benchmark::State& state) {
   const int format = int(state.range(0)), threads = int(state.range(1));
-  const bool cold = state.range(2) != 0;
+  const bool cold = state.range(2) != 0, huge = state.range(3) != 0;
   const std::string path = model_path(format);
   if (!exists(path)) {
     state.SkipWithError(("missing " + path).c_str());
@@ -242,6 +247,7 @@ void BM_LoadAndFirstToken(benchmark::State& state) {
   llm_load_params_init(&p);
   p.device = LLM_DEVICE_CPU;
   p.n_threads = threads;
+  if (!huge) p.flags |= LLM_LOAD_NO_HUGE_PAGES;
   if (!cold) warm_cache(path);
   for (auto _ : state) {
     if (cold) {
@@ -264,13 +270,14 @@ void BM_LoadAndFirstToken(benchmark::State& state) {
     llm_session_free(s);
     llm_model_free(m);
   }
-  state.SetLabel(std::string(kNames[format]) + (cold ? " cold" : " warm"));
+  state.SetLabel(std::string(kNames[format]) + (cold ? " cold" : " warm") + (huge ? "" : " no-huge-pages"));
 }
 
 void args(benchmark::internal::Benchmark* b) {
   for (int cold : {0, 1})
     for (int format : {0, 1, 2})
-      for (int threads : {1, 2}) b->Args({format, threads, cold});
+      for (int threads : {1, 2})
+        for (int huge : {1, 0}) b->Args({format, threads, cold, huge});
 }
 
 BENCHMARK(BM_Load)->Apply(args)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);

@@ -51,6 +51,7 @@ pub const LLM_KV_INT4: llm_kv_type = 3;
 
 pub const LLM_LOAD_VOCAB_ONLY: u32 = 1;
 pub const LLM_LOAD_REFERENCE_MATH: u32 = 2;
+pub const LLM_LOAD_NO_HUGE_PAGES: u32 = 4;
 pub const LLM_TOKENIZE_ADD_BOS: u32 = 1;
 pub const LLM_TOKENIZE_PARSE_SPECIAL: u32 = 2;
 
