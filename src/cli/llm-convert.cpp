@@ -4,7 +4,7 @@
 // (random weights) for benchmarks.
 //
 //   llm-convert INPUT [--tokenizer FILE] -o OUT.llm [--quant f32|f16|bf16|q8|q4|q4m] [--group 32|64|128] [--no-zstd]
-//               [--embd-quant Q] [--awq CALIB.txt [--awq-clip]] [--gptq CALIB.txt]
+//               [--embd-quant Q] [--tensor-quant KIND=Q ...] [--awq CALIB.txt [--awq-clip]] [--gptq CALIB.txt]
 //   llm-convert --synthetic tinyllama-1.1b|llama-3-8b|stories260K-shape --quant Q -o OUT.llm
 //   llm-convert --info FILE.llm
 //
@@ -55,6 +55,8 @@ const char* const kUsage =
     "                               input's); q4m = q4 with a per-group minimum (5 bits/weight at g32)\n"
     "  --group 32|64|128            q4/q4m group size (default 32)\n"
     "  --embd-quant f32|f16|bf16|q8|q4|q4m  format of token_embd and output (default: as --quant)\n"
+    "  --tensor-quant KIND=FORMAT   format of one kind of layer matrix in every layer (repeatable);\n"
+    "                               KIND: attn_q attn_k attn_v attn_output ffn_gate ffn_up ffn_down\n"
     "  --awq CALIB.txt              AWQ: rescale q/k/v, gate/up, down (and an untied output) by\n"
     "                               activation statistics of the text before q4/q8 quantization\n"
     "  --awq-clip                   AWQ: also search a clipping range per quantization group\n"
@@ -103,6 +105,7 @@ struct Args {
   bool quiet = false;
   bool has_embd = false;
   DType embd = DType::F32;
+  std::vector<std::pair<std::string, DType>> kinds;  // --tensor-quant KIND=FORMAT, in order
   std::string awq, gptq;  // calibration texts
   bool awq_clip = false;
   int awq_grid = 20;
@@ -150,6 +153,18 @@ Args parse_args(int argc, char** argv) {
       const std::string q = value(i);
       a.has_embd = true;
       if (!parse_dtype(q, &a.embd)) usage_error("--embd-quant: unknown format '%s'", q.c_str());
+    } else if (arg == "--tensor-quant") {
+      const std::string v = value(i);
+      const size_t eq = v.find('=');
+      static const char* const kKinds[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                                           "ffn_down"};
+      const std::string kind = v.substr(0, eq);
+      DType d;
+      if (eq == std::string::npos || std::find(std::begin(kKinds), std::end(kKinds), kind) == std::end(kKinds))
+        usage_error("--tensor-quant: want KIND=FORMAT with KIND one of attn_q, attn_k, attn_v, attn_output, "
+                    "ffn_gate, ffn_up, ffn_down (got '%s')", v.c_str());
+      if (!parse_dtype(v.substr(eq + 1), &d)) usage_error("--tensor-quant: unknown format in '%s'", v.c_str());
+      a.kinds.emplace_back(kind, d);
     } else if (arg == "--awq") {
       a.awq = value(i);
     } else if (arg == "--awq-clip") {
@@ -208,6 +223,7 @@ Args parse_args(int argc, char** argv) {
       usage_error("--awq and --gptq must use the same calibration text");
   }
   if (a.has_embd && !a.has_quant) usage_error("--embd-quant needs --quant");
+  if (!a.kinds.empty() && !a.has_quant) usage_error("--tensor-quant needs --quant");
   return a;
 }
 
@@ -323,6 +339,7 @@ llm::LlmConvertOptions convert_options(const Args& a) {
     c.overrides["token_embd.weight"] = a.embd;
     c.overrides["output.weight"] = a.embd;
   }
+  for (const auto& [kind, d] : a.kinds) c.kind_overrides[kind + ".weight"] = d;  // a later one wins
   return c;
 }
 
@@ -330,6 +347,9 @@ std::string recipe(const Args& a, size_t n_fallback) {
   std::string r = llm::dtype_name(a.quant);
   if (llm::dtype_is_q4(a.quant)) r += " g" + std::to_string(a.group);
   if (a.has_embd) r += std::string("; embeddings ") + llm::dtype_name(a.embd);
+  const llm::LlmConvertOptions co = convert_options(a);
+  for (const auto& [kind, d] : co.kind_overrides)  // "attn_v.weight" -> "; attn_v q8"
+    r += "; " + kind.substr(0, kind.find('.')) + " " + llm::dtype_name(d);
   if (!a.awq.empty()) r += a.awq_clip ? "; awq+clip" : "; awq";
   if (!a.gptq.empty()) r += "; gptq";
   r += "; norms f32";

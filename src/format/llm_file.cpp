@@ -1109,6 +1109,14 @@ LlmWriteReport write_llm(const ModelSource& src, const std::string& path, const 
 // ===========================================================================
 // Conversion
 
+std::string layer_tensor_kind(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return "";
+  size_t i = 4;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  if (i == 4 || i >= name.size() || name[i] != '.') return "";
+  return name.substr(i + 1);
+}
+
 LlmTensorSpec plan_llm_tensor(const std::string& name, const std::vector<int64_t>& shape, DType src_dtype,
                               uint32_t src_group, const LlmConvertOptions& opts, std::vector<std::string>* notes) {
   LlmTensorSpec s;
@@ -1124,8 +1132,12 @@ LlmTensorSpec plan_llm_tensor(const std::string& name, const std::vector<int64_t
     return s;
   }
   const int64_t cols = shape.back();
-  const auto over = opts.overrides.find(name);
-  const DType want = over != opts.overrides.end() ? over->second : opts.dtype;
+  DType want = opts.dtype;
+  if (const auto over = opts.overrides.find(name); over != opts.overrides.end()) {
+    want = over->second;
+  } else if (const auto kind = opts.kind_overrides.find(layer_tensor_kind(name)); kind != opts.kind_overrides.end()) {
+    want = kind->second;
+  }
   const uint32_t group = want == DType::Q8 ? 32 : dtype_is_q4(want) ? opts.group : 0;
   if (dtype_row_bytes(want, cols, group) != 0) {
     s.dtype = want;

@@ -110,10 +110,17 @@ struct LlmConvertOptions {
   // Matrices (by exact name) that take another format than `dtype`, e.g.
   // token_embd.weight -> Q8 in a q4 model; the same fallback rules apply.
   std::map<std::string, DType> overrides;
+  // Layer matrices by kind, the name after "blk.N." (e.g. "attn_v.weight" ->
+  // Q8 in every layer); an entry in `overrides` wins over one here.
+  std::map<std::string, DType> kind_overrides;
 };
 
+// The kind of a layer tensor: "blk.12.attn_v.weight" -> "attn_v.weight";
+// names outside the blk.N. scheme -> "".
+std::string layer_tensor_kind(const std::string& name);
+
 // The stored format of one tensor: 1-D tensors (norms) become f32; matrices
-// take opts.dtype (or their entry in opts.overrides) unless their rows do not
+// take opts.dtype (or their entry in opts.overrides / kind_overrides) unless their rows do not
 // split into whole groups, then f16 (f32 when that format is f32) and a line
 // is appended to `notes`.
 LlmTensorSpec plan_llm_tensor(const std::string& name, const std::vector<int64_t>& shape, DType src_dtype,

@@ -105,6 +105,45 @@ TEST(Convert, PlanRules) {
   EXPECT_EQ(s.dtype, llm::DType::BF16);
 }
 
+// --tensor-quant: one kind of layer matrix takes another format in every
+// layer; an exact-name override (--embd-quant) still wins; the same fallback
+// applies (a q4 kind whose rows do not split into groups becomes f16).
+TEST(Convert, KindOverridesApplyToEveryLayer) {
+  EXPECT_EQ(llm::layer_tensor_kind("blk.0.attn_v.weight"), "attn_v.weight");
+  EXPECT_EQ(llm::layer_tensor_kind("blk.117.ffn_up.weight"), "ffn_up.weight");
+  EXPECT_EQ(llm::layer_tensor_kind("token_embd.weight"), "");
+  EXPECT_EQ(llm::layer_tensor_kind("blk.attn_v.weight"), "");
+  EXPECT_EQ(llm::layer_tensor_kind("blk.3"), "");
+  EXPECT_EQ(llm::layer_tensor_kind("blk.3."), "");
+  EXPECT_EQ(llm::layer_tensor_kind("xblk.3.attn_v.weight"), "");
+
+  llm::LlmConvertOptions o;
+  o.requantize = true;
+  o.dtype = llm::DType::Q4M;
+  o.group = 32;
+  o.kind_overrides["attn_v.weight"] = llm::DType::Q8;
+  o.kind_overrides["ffn_down.weight"] = llm::DType::Q4;
+  o.overrides["blk.2.attn_v.weight"] = llm::DType::F16;
+  std::vector<std::string> notes;
+  for (int layer : {0, 1, 21}) {
+    const std::string p = "blk." + std::to_string(layer) + ".";
+    EXPECT_EQ(llm::plan_llm_tensor(p + "attn_v.weight", {256, 2048}, llm::DType::F32, 0, o, &notes).dtype,
+              llm::DType::Q8);
+    EXPECT_EQ(llm::plan_llm_tensor(p + "attn_q.weight", {2048, 2048}, llm::DType::F32, 0, o, &notes).dtype,
+              llm::DType::Q4M);
+  }
+  EXPECT_EQ(llm::plan_llm_tensor("blk.2.attn_v.weight", {256, 2048}, llm::DType::F32, 0, o, &notes).dtype,
+            llm::DType::F16);
+  EXPECT_EQ(llm::plan_llm_tensor("output.weight", {512, 64}, llm::DType::F32, 0, o, &notes).dtype, llm::DType::Q4M);
+  const llm::LlmTensorSpec down = llm::plan_llm_tensor("blk.0.ffn_down.weight", {64, 172}, llm::DType::F32, 0, o, &notes);
+  EXPECT_EQ(down.dtype, llm::DType::F16);  // 172 columns: no whole q4 groups
+  EXPECT_EQ(notes.size(), 1u);
+  const llm::LlmTensorSpec down2 =
+      llm::plan_llm_tensor("blk.0.ffn_down.weight", {64, 256}, llm::DType::F32, 0, o, &notes);
+  EXPECT_EQ(down2.dtype, llm::DType::Q4);
+  EXPECT_EQ(down2.group, 32u);
+}
+
 TEST(Convert, Llama2cToBf16AndBack) {
   // bf16 of every matrix element equals the reference rounding.
   const llm::ModelSource src = llm::read_llama2c(model_path("stories260K.bin"), model_path("tok512.bin"));
