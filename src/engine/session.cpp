@@ -254,9 +254,11 @@ void Session::forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel) {
       }
       cpu::rmsnorm(xb + r0 * dim, x + r0 * dim, w.attn_norm, r1 - r0, dim, c.norm_eps);
     });
-    cpu::matmul(w.wq, xb, n, q_.data(), pool, mode);  // q: [n, q_dim]
-    cpu::matmul(w.wk, xb, n, k_.data(), pool, mode);  // k: [n, kv_dim]
-    cpu::matmul(w.wv, xb, n, v_.data(), pool, mode);  // v: [n, kv_dim]
+    {  // q: [n, q_dim], k and v: [n, kv_dim]
+      const cpu::WeightView qkv[3] = {w.wq, w.wk, w.wv};
+      float* const out[3] = {q_.data(), k_.data(), v_.data()};
+      cpu::matmul_many(qkv, out, 3, xb, n, pool, mode);
+    }
     for_rows(n, [&](int64_t r0, int64_t r1) {
       cpu::rope(q_.data() + r0 * q_dim, r1 - r0, c.n_heads, c.head_dim, pos_.data() + r0, c.rope_theta);
       cpu::rope(k_.data() + r0 * kv_dim, r1 - r0, c.n_kv_heads, c.head_dim, pos_.data() + r0, c.rope_theta);
@@ -286,8 +288,11 @@ void Session::forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel) {
       for (int64_t i = r0 * dim; i < r1 * dim; ++i) x[i] += xb[i];
       cpu::rmsnorm(xb + r0 * dim, x + r0 * dim, w.ffn_norm, r1 - r0, dim, c.norm_eps);
     });
-    cpu::matmul(w.w_gate, xb, n, hb_.data(), pool, mode);
-    cpu::matmul(w.w_up, xb, n, hb2_.data(), pool, mode);
+    {
+      const cpu::WeightView gate_up[2] = {w.w_gate, w.w_up};
+      float* const out[2] = {hb_.data(), hb2_.data()};
+      cpu::matmul_many(gate_up, out, 2, xb, n, pool, mode);
+    }
     for_rows(n, [&](int64_t r0, int64_t r1) {
       cpu::silu_mul(hb_.data() + r0 * hidden, hb2_.data() + r0 * hidden, (r1 - r0) * hidden);
     });

@@ -73,3 +73,53 @@ TEST(MatmulBatchInvariance, RowResultsDoNotDependOnBatchOrThreads) {
     }
   }
 }
+
+// matmul_many (q, k, v and gate, up in one parallel region, x quantized
+// once) must give every matrix exactly what matmul gives it alone, for every
+// kernel family, with matrices of unequal heights (the threads' shares then
+// cross from one matrix into the next), an empty one, and a group of mixed
+// formats (done one by one).
+TEST(MatmulBatchInvariance, ManyMatricesEqualOneByOne) {
+  std::mt19937 rng(12);
+  llm::ThreadPool pool2(2);
+  struct Restore {
+    llm::cpu::Isa saved = llm::cpu::max_isa();
+    ~Restore() { llm::cpu::set_max_isa(saved); }
+  } restore;
+  for (llm::cpu::Isa isa : {llm::cpu::Isa::Scalar, llm::cpu::Isa::Avx2, llm::cpu::Isa::Avx512}) {
+    if (isa > llm::cpu::best_isa()) continue;
+    llm::cpu::set_max_isa(isa);
+    for (llm::DType t : {llm::DType::F16, llm::DType::Q8, llm::DType::Q4, llm::DType::Q4M})
+      for (llm::cpu::MatmulMode mode : {llm::cpu::MatmulMode::Reference, llm::cpu::MatmulMode::Fast})
+        for (int64_t n : {1, 5}) {
+          SCOPED_TRACE(testing::Message() << llm::cpu::isa_name(isa) << " " << llm::dtype_name(t) << " mode "
+                                          << int(mode) << " n " << n);
+          const int64_t cols = 1056;
+          const uint32_t g = t == llm::DType::F16 ? 0 : 32;
+          const llm::DType other = t == llm::DType::Q8 ? llm::DType::Q4 : llm::DType::Q8;
+          Weights w[4] = {make(t, g, 67, cols, rng), make(t, g, 13, cols, rng), make(t, g, 0, cols, rng),
+                          make(t, g, 37, cols, rng)};
+          Weights mixed = make(other, 32, 21, cols, rng);
+          std::normal_distribution<float> nd(0.f, 1.f);
+          std::vector<float> x(size_t(n * cols));
+          for (auto& v : x) v = nd(rng);
+          for (bool mix : {false, true}) {
+            llm::cpu::WeightView views[4];
+            for (int i = 0; i < 4; ++i) views[i] = w[i].view;
+            if (mix) views[1] = mixed.view;
+            std::vector<float> alone[4], many[4];
+            float* outs[4];
+            for (int i = 0; i < 4; ++i) {
+              alone[i].assign(size_t(n * views[i].rows), 0.f);
+              many[i].assign(size_t(n * views[i].rows), -1.f);
+              outs[i] = many[i].data();
+              llm::cpu::matmul(views[i], x.data(), n, alone[i].data(), &pool2, mode);
+            }
+            llm::cpu::matmul_many(views, outs, 4, x.data(), n, &pool2, mode);
+            for (int i = 0; i < 4; ++i)
+              ASSERT_EQ(0, std::memcmp(alone[i].data(), many[i].data(), alone[i].size() * 4))
+                  << "matrix " << i << (mix ? " (mixed formats)" : "");
+          }
+        }
+  }
+}

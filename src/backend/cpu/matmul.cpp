@@ -191,40 +191,37 @@ constexpr int64_t kMinParallelMacs = int64_t(1) << 16;
 
 }  // namespace
 
-void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
-            MatmulMode mode) {
-  check_weight(w);
-  if (n <= 0 || w.rows == 0) return;
-  LLM_CHECK(y != nullptr, LLM_ERR_INVALID_ARGUMENT, "matmul: null y");
-  if (w.cols == 0) {
-    std::fill(y, y + n * w.rows, 0.0f);
-    return;
-  }
-  LLM_CHECK(x != nullptr, LLM_ERR_INVALID_ARGUMENT, "matmul: null x");
-  const bool avx2 = use_avx2_kernels();
-  // The AVX-512 family has no Q4M kernels yet: Q4M takes the AVX2 ones (for
-  // decode and prefill alike, so batch invariance holds).
-  const bool avx512 = use_avx512_kernels() && w.dtype != DType::Q4M;  // implies avx2
-  (void)avx2;  // only read where the AVX2 kernels are compiled in
-  (void)avx512;
-  const bool int8 = mode == MatmulMode::Fast && dtype_is_quantized(w.dtype);
+namespace {
 
+// x as the kernels of one weight format read it, quantized once per call
+// (the scratch belongs to the calling thread; the workers only read it).
+struct PreparedX {
+  bool int8 = false, avx2 = false, avx512 = false;
   kern::QuantX xq;
   const uint8_t* xq512 = nullptr;  // the AVX-512 kernels' quad layout
+};
+
+PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode mode) {
+  PreparedX p;
+  p.avx2 = use_avx2_kernels();
+  // The AVX-512 family has no Q4M kernels yet: Q4M takes the AVX2 ones (for
+  // decode and prefill alike, so batch invariance holds).
+  p.avx512 = use_avx512_kernels() && w.dtype != DType::Q4M;  // implies avx2
+  p.int8 = mode == MatmulMode::Fast && dtype_is_quantized(w.dtype);
 #if defined(LLM_AVX512_KERNELS)
-  if (int8 && avx512) {
+  if (p.int8 && p.avx512) {
     // Grows to the largest call seen, then no allocation per call; 64-byte
     // aligned so every quad is one cache line per part.
     thread_local std::vector<uint8_t> quads;
     const size_t bytes = size_t(n) * size_t(kern::quad_count(w.cols)) * size_t(kern::kQuadBytes);
     if (quads.size() < bytes + 64) quads.resize(bytes + 64);
-    uint8_t* p = quads.data();
-    p += (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
-    kern::quantize_x_avx512(x, n, w.cols, p, w.dtype == DType::Q8);
-    xq512 = p;
+    uint8_t* q = quads.data();
+    q += (64 - reinterpret_cast<uintptr_t>(q) % 64) % 64;
+    kern::quantize_x_avx512(x, n, w.cols, q, w.dtype == DType::Q8);
+    p.xq512 = q;
   }
 #endif
-  if (int8 && xq512 == nullptr) {
+  if (p.int8 && p.xq512 == nullptr) {
     thread_local QuantScratch scratch;
     const size_t nq = size_t(n) * size_t(w.cols);
     if (scratch.q.size() < nq) scratch.q.resize(nq);
@@ -233,57 +230,108 @@ void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool
       scratch.s.resize(nq / 32);
     }
 #if defined(__x86_64__) || defined(_M_X64)
-    if (avx2)
+    if (p.avx2)
       kern::quantize_x_avx2(x, n, w.cols, scratch.q.data(), scratch.d.data(), scratch.s.data(),
                             kern::q_pair_layout(w));
     else
 #endif
       kern::quantize_x_scalar(x, n, w.cols, scratch.q.data(), scratch.d.data(), scratch.s.data());
-    xq.q = scratch.q.data();
-    xq.d = scratch.d.data();
-    xq.s = scratch.s.data();
-    xq.cols = w.cols;
+    p.xq.q = scratch.q.data();
+    p.xq.d = scratch.d.data();
+    p.xq.s = scratch.s.data();
+    p.xq.cols = w.cols;
   }
+  return p;
+}
 
-  const int64_t tiles = (w.rows + kern::kRowTile - 1) / kern::kRowTile;
-  auto job = [&](int ith, int nth) {
-    int64_t t0, t1;
-    ThreadPool::split(tiles, ith, nth, &t0, &t1);
-    const int64_t r0 = t0 * kern::kRowTile;
-    const int64_t r1 = std::min(w.rows, t1 * kern::kRowTile);
-    if (r0 >= r1) return;
+// W rows [r0, r1) for every x row. Each output is computed whole by one call,
+// in the same order whatever the range: how rows are split never changes a bit.
+void run_rows(const WeightView& w, const PreparedX& p, const float* x, int64_t n, float* y, int64_t r0,
+              int64_t r1) {
 #if defined(LLM_AVX512_KERNELS)
-    if (avx512) {
-      if (int8)
-        kern::matmul_q_avx512(w, xq512, n, y, r0, r1);
-      else
-        kern::matmul_f_avx512(w, x, n, y, r0, r1);
-      return;
-    }
+  if (p.avx512) {
+    if (p.int8)
+      kern::matmul_q_avx512(w, p.xq512, n, y, r0, r1);
+    else
+      kern::matmul_f_avx512(w, x, n, y, r0, r1);
+    return;
+  }
 #endif
 #if defined(__x86_64__) || defined(_M_X64)
-    if (avx2) {
-      if (int8)
-        kern::matmul_q_avx2(w, xq, n, y, r0, r1);
-      else
-        kern::matmul_f_avx2(w, x, n, y, r0, r1);
-      return;
-    }
+  if (p.avx2) {
+    if (p.int8)
+      kern::matmul_q_avx2(w, p.xq, n, y, r0, r1);
+    else
+      kern::matmul_f_avx2(w, x, n, y, r0, r1);
+    return;
+  }
 #endif
-    if (int8) {
-      kern::matmul_q_scalar(w, xq, n, y, r0, r1);
-    } else {
-      thread_local std::vector<float> row;
-      if (row.size() < size_t(w.cols)) row.resize(size_t(w.cols));
-      ref_rows(w, x, n, y, r0, r1, row.data());
+  if (p.int8) {
+    kern::matmul_q_scalar(w, p.xq, n, y, r0, r1);
+  } else {
+    thread_local std::vector<float> row;
+    if (row.size() < size_t(w.cols)) row.resize(size_t(w.cols));
+    ref_rows(w, x, n, y, r0, r1, row.data());
+  }
+}
+
+int64_t tiles_of(const WeightView& w) { return (w.rows + kern::kRowTile - 1) / kern::kRowTile; }
+
+}  // namespace
+
+void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
+            MatmulMode mode) {
+  matmul_many(&w, &y, 1, x, n, pool, mode);
+}
+
+void matmul_many(const WeightView* ws, float* const* ys, int count, const float* x, int64_t n, ThreadPool* pool,
+                 MatmulMode mode) {
+  LLM_CHECK(count >= 1 && ws != nullptr && ys != nullptr, LLM_ERR_INVALID_ARGUMENT, "matmul: no weights");
+  bool shared = true;  // one quantized x serves every matrix
+  for (int i = 0; i < count; ++i) {
+    check_weight(ws[i]);
+    shared = shared && ws[i].dtype == ws[0].dtype && ws[i].group == ws[0].group && ws[i].cols == ws[0].cols;
+  }
+  if (!shared) {
+    for (int i = 0; i < count; ++i) matmul_many(&ws[i], &ys[i], 1, x, n, pool, mode);
+    return;
+  }
+  if (n <= 0) return;
+  int64_t tiles = 0, macs = 0;
+  for (int i = 0; i < count; ++i) {
+    if (ws[i].rows == 0) continue;
+    LLM_CHECK(ys[i] != nullptr, LLM_ERR_INVALID_ARGUMENT, "matmul: null y");
+    tiles += tiles_of(ws[i]);
+    macs += n * ws[i].rows * ws[i].cols;
+  }
+  if (tiles == 0) return;
+  if (ws[0].cols == 0) {
+    for (int i = 0; i < count; ++i) std::fill(ys[i], ys[i] + n * ws[i].rows, 0.0f);
+    return;
+  }
+  LLM_CHECK(x != nullptr, LLM_ERR_INVALID_ARGUMENT, "matmul: null x");
+  const PreparedX p = prepare_x(ws[0], x, n, mode);
+  // The matrices' row tiles, end to end, split evenly between the threads: one
+  // hand-off and one wait for all of them.
+  auto tile_range = [&](int64_t t0, int64_t t1) {
+    int64_t base = 0;
+    for (int i = 0; i < count && t0 < t1; ++i) {
+      const int64_t nt = tiles_of(ws[i]);
+      const int64_t a = std::max(t0, base), b = std::min(t1, base + nt);
+      if (a < b)
+        run_rows(ws[i], p, x, n, ys[i], (a - base) * kern::kRowTile, std::min(ws[i].rows, (b - base) * kern::kRowTile));
+      base += nt;
     }
   };
-  const bool parallel =
-      pool != nullptr && pool->size() > 1 && tiles > 1 && n * w.rows * w.cols >= kMinParallelMacs;
-  if (parallel)
-    pool->parallel(job);
-  else
-    job(0, 1);
+  if (pool != nullptr && pool->size() > 1 && tiles > 1 && macs >= kMinParallelMacs) {
+    pool->parallel([&](int ith, int nth) {
+      int64_t t0, t1;
+      ThreadPool::split(tiles, ith, nth, &t0, &t1);
+      tile_range(t0, t1);
+    });
+  } else {
+    tile_range(0, tiles);
+  }
 }
 
 }  // namespace llm::cpu

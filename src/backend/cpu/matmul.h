@@ -36,6 +36,13 @@ enum class MatmulMode {
 void matmul(const WeightView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
             MatmulMode mode = MatmulMode::Fast);
 
+// count matrices of one format and width on the same x (q, k, v; gate, up):
+// ys[i] = ws[i] x, each exactly as matmul would give it, with x quantized once
+// and one parallel region for all. Matrices of different formats or widths
+// are done one by one.
+void matmul_many(const WeightView* ws, float* const* ys, int count, const float* x, int64_t n, ThreadPool* pool,
+                 MatmulMode mode = MatmulMode::Fast);
+
 // The plain oracle: dequantize each row to f32 then dot in f32, single thread.
 void matmul_ref(const WeightView& w, const float* x, int64_t n, float* y);
 
