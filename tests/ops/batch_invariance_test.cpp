@@ -34,6 +34,19 @@ Weights make(llm::DType t, uint32_t group, int64_t rows, int64_t cols, std::mt19
   return w;
 }
 
+// Runs f() once per kernel family this CPU has (each must be invariant with
+// itself), then restores the family that was chosen before.
+template <typename F>
+void for_each_isa(F f) {
+  const llm::cpu::Isa saved = llm::cpu::max_isa();
+  for (llm::cpu::Isa isa : {llm::cpu::Isa::Scalar, llm::cpu::Isa::Avx2, llm::cpu::Isa::Avx512}) {
+    if (isa > llm::cpu::best_isa()) continue;
+    llm::cpu::set_max_isa(isa);
+    f(isa);
+  }
+  llm::cpu::set_max_isa(saved);
+}
+
 }  // namespace
 
 TEST(MatmulBatchInvariance, RowResultsDoNotDependOnBatchOrThreads) {
@@ -43,35 +56,28 @@ TEST(MatmulBatchInvariance, RowResultsDoNotDependOnBatchOrThreads) {
     llm::DType t;
     uint32_t g;
   };
-  // Each kernel family the CPU has must be invariant with itself.
-  struct Restore {
-    llm::cpu::Isa saved = llm::cpu::max_isa();
-    ~Restore() { llm::cpu::set_max_isa(saved); }
-  } restore;
-  for (llm::cpu::Isa isa : {llm::cpu::Isa::Scalar, llm::cpu::Isa::Avx2, llm::cpu::Isa::Avx512}) {
-  if (isa > llm::cpu::best_isa()) continue;
-  llm::cpu::set_max_isa(isa);
-  for (const T& tt : {T{llm::DType::F32, 0}, T{llm::DType::F16, 0}, T{llm::DType::BF16, 0}, T{llm::DType::Q8, 32},
-                      T{llm::DType::Q4, 32}, T{llm::DType::Q4, 64}, T{llm::DType::Q4, 128},
-                      T{llm::DType::Q4M, 32}, T{llm::DType::Q4M, 64}, T{llm::DType::Q4M, 128}})
-    for (llm::cpu::MatmulMode mode : {llm::cpu::MatmulMode::Reference, llm::cpu::MatmulMode::Fast}) {
-      SCOPED_TRACE(testing::Message() << llm::cpu::isa_name(isa) << " " << llm::dtype_name(tt.t) << " g" << tt.g
-                                      << " mode " << int(mode));
-      // 33 (34) blocks of 32, so the AVX-512 kernels' last quad of 4 is partial.
-      const int64_t rows = 67, cols = tt.g == 128 ? 1152 : tt.g == 64 ? 1088 : 1056, n = 13;
-      Weights w = make(tt.t, tt.g, rows, cols, rng);
-      std::normal_distribution<float> nd(0.f, 1.f);
-      std::vector<float> x(size_t(n * cols));
-      for (auto& v : x) v = nd(rng);
-      std::vector<float> batch(size_t(n * rows));
-      llm::cpu::matmul(w.view, x.data(), n, batch.data(), &pool2, mode);
-      for (int64_t i = 0; i < n; ++i) {
-        std::vector<float> one(static_cast<size_t>(rows));
-        llm::cpu::matmul(w.view, x.data() + i * cols, 1, one.data(), (i % 2) ? &pool1 : &pool2, mode);
-        ASSERT_EQ(0, std::memcmp(one.data(), batch.data() + i * rows, size_t(rows) * 4)) << "row " << i;
+  for_each_isa([&](llm::cpu::Isa isa) {
+    for (const T& tt : {T{llm::DType::F32, 0}, T{llm::DType::F16, 0}, T{llm::DType::BF16, 0}, T{llm::DType::Q8, 32},
+                        T{llm::DType::Q4, 32}, T{llm::DType::Q4, 64}, T{llm::DType::Q4, 128},
+                        T{llm::DType::Q4M, 32}, T{llm::DType::Q4M, 64}, T{llm::DType::Q4M, 128}})
+      for (llm::cpu::MatmulMode mode : {llm::cpu::MatmulMode::Reference, llm::cpu::MatmulMode::Fast}) {
+        SCOPED_TRACE(testing::Message() << llm::cpu::isa_name(isa) << " " << llm::dtype_name(tt.t) << " g" << tt.g
+                                        << " mode " << int(mode));
+        // 33 (34) blocks of 32, so the AVX-512 kernels' last quad of 4 is partial.
+        const int64_t rows = 67, cols = tt.g == 128 ? 1152 : tt.g == 64 ? 1088 : 1056, n = 13;
+        Weights w = make(tt.t, tt.g, rows, cols, rng);
+        std::normal_distribution<float> nd(0.f, 1.f);
+        std::vector<float> x(size_t(n * cols));
+        for (auto& v : x) v = nd(rng);
+        std::vector<float> batch(size_t(n * rows));
+        llm::cpu::matmul(w.view, x.data(), n, batch.data(), &pool2, mode);
+        for (int64_t i = 0; i < n; ++i) {
+          std::vector<float> one(static_cast<size_t>(rows));
+          llm::cpu::matmul(w.view, x.data() + i * cols, 1, one.data(), (i % 2) ? &pool1 : &pool2, mode);
+          ASSERT_EQ(0, std::memcmp(one.data(), batch.data() + i * rows, size_t(rows) * 4)) << "row " << i;
+        }
       }
-    }
-  }
+  });
 }
 
 // matmul_many (q, k, v and gate, up in one parallel region, x quantized
@@ -82,13 +88,7 @@ TEST(MatmulBatchInvariance, RowResultsDoNotDependOnBatchOrThreads) {
 TEST(MatmulBatchInvariance, ManyMatricesEqualOneByOne) {
   std::mt19937 rng(12);
   llm::ThreadPool pool2(2);
-  struct Restore {
-    llm::cpu::Isa saved = llm::cpu::max_isa();
-    ~Restore() { llm::cpu::set_max_isa(saved); }
-  } restore;
-  for (llm::cpu::Isa isa : {llm::cpu::Isa::Scalar, llm::cpu::Isa::Avx2, llm::cpu::Isa::Avx512}) {
-    if (isa > llm::cpu::best_isa()) continue;
-    llm::cpu::set_max_isa(isa);
+  for_each_isa([&](llm::cpu::Isa isa) {
     for (llm::DType t : {llm::DType::F16, llm::DType::Q8, llm::DType::Q4, llm::DType::Q4M})
       for (llm::cpu::MatmulMode mode : {llm::cpu::MatmulMode::Reference, llm::cpu::MatmulMode::Fast})
         for (int64_t n : {1, 5}) {
@@ -121,5 +121,5 @@ TEST(MatmulBatchInvariance, ManyMatricesEqualOneByOne) {
                   << "matrix " << i << (mix ? " (mixed formats)" : "");
           }
         }
-  }
+  });
 }
