@@ -31,10 +31,15 @@ static std::atomic<int64_t> g_fail_countdown{0};
 
 void alloc_fail_after(int64_t n) noexcept { g_fail_countdown.store(n); }
 
-void* alloc_bytes(size_t size, size_t align) {
-  if (size == 0) size = 1;
+// The test hook: throws when this allocation is the one alloc_fail_after chose.
+static void count_allocation(size_t size) {
   if (g_fail_countdown.load(std::memory_order_relaxed) > 0 && g_fail_countdown.fetch_sub(1) == 1)
     fail(LLM_ERR_OUT_OF_MEMORY, "allocation of %zu bytes failed (injected)", size);
+}
+
+void* alloc_bytes(size_t size, size_t align) {
+  if (size == 0) size = 1;
+  count_allocation(size);
 #ifdef LLM_ALLOC_SYSTEM
   void* p = nullptr;
   if (posix_memalign(&p, align < sizeof(void*) ? sizeof(void*) : align, size) != 0) p = nullptr;
@@ -69,8 +74,7 @@ static bool transparent_huge_pages_off() {
 HugePageBlock::HugePageBlock(size_t size) {
   if (size == 0) size = 1;
 #ifdef __linux__
-  if (g_fail_countdown.load(std::memory_order_relaxed) > 0 && g_fail_countdown.fetch_sub(1) == 1)
-    fail(LLM_ERR_OUT_OF_MEMORY, "allocation of %zu bytes failed (injected)", size);
+  count_allocation(size);
   // Whole 2 MiB pages, on a 2 MiB boundary: map one page more, trim both ends.
   constexpr size_t kHuge = size_t(2) << 20;
   const size_t body = (size + kHuge - 1) / kHuge * kHuge, len = body + kHuge;

@@ -135,7 +135,8 @@ TEST(Convert, KindOverridesApplyToEveryLayer) {
   EXPECT_EQ(llm::plan_llm_tensor("blk.2.attn_v.weight", {256, 2048}, llm::DType::F32, 0, o, &notes).dtype,
             llm::DType::F16);
   EXPECT_EQ(llm::plan_llm_tensor("output.weight", {512, 64}, llm::DType::F32, 0, o, &notes).dtype, llm::DType::Q4M);
-  const llm::LlmTensorSpec down = llm::plan_llm_tensor("blk.0.ffn_down.weight", {64, 172}, llm::DType::F32, 0, o, &notes);
+  const llm::LlmTensorSpec down =
+      llm::plan_llm_tensor("blk.0.ffn_down.weight", {64, 172}, llm::DType::F32, 0, o, &notes);
   EXPECT_EQ(down.dtype, llm::DType::F16);  // 172 columns: no whole q4 groups
   EXPECT_EQ(notes.size(), 1u);
   const llm::LlmTensorSpec down2 =

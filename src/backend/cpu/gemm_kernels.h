@@ -52,8 +52,9 @@ void matmul_q_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, 
 // the hardware prefetcher to ramp up, and prefetched in one burst much of it
 // still missed (the burst overflows the outstanding-miss queue); spread out,
 // the dequantization's share of an f16 pp512 fell from 21% to 9%. Neither
-// the blocking nor the prefetch changes any output's summation order. Dequant and Rows are lambdas of the calling kernel file,
-// so each family instantiates its own copy with its own target flags.
+// the blocking nor the prefetch changes any output's summation order.
+// Dequant and Rows are lambdas of the calling kernel file, so each family
+// instantiates its own copy with its own target flags.
 template <int64_t KBlock, int Cols, int64_t XBlockBytes, class Dequant, class Rows>
 void f_prefill_blocked(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0,
                        int64_t r1, Dequant&& dequant, Rows&& rows) {
