@@ -1,10 +1,11 @@
 // llm-convert: GGUF / llama2.c / Hugging Face safetensors folder / .llm ->
-// .llm, choosing the weight format (optionally with AWQ scaling and GPTQ
-// rounding calibrated on a text); or a synthetic model of a real shape
-// (random weights) for benchmarks.
+// .llm, choosing the weight format (optionally with AWQ scaling, GPTQ
+// rounding and quantization-aware distillation calibrated on a text); or a
+// synthetic model of a real shape (random weights) for benchmarks.
 //
 //   llm-convert INPUT [--tokenizer FILE] -o OUT.llm [--quant f32|f16|bf16|q8|q4|q4m] [--group 32|64|128] [--no-zstd]
 //               [--embd-quant Q] [--tensor-quant KIND=Q ...] [--awq CALIB.txt [--awq-clip]] [--gptq CALIB.txt]
+//               [--qat CALIB.txt [--qat-steps N] [--qat-lr X]]
 //   llm-convert --synthetic tinyllama-1.1b|llama-3-8b|stories260K-shape --quant Q -o OUT.llm
 //   llm-convert --info FILE.llm
 //
@@ -34,6 +35,7 @@
 #include "format/llm_file.h"
 #include "format/safetensors.h"
 #include "quant/awq.h"
+#include "quant/distill.h"
 #include "quant/dtype.h"
 #include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
@@ -64,6 +66,12 @@ const char* const kUsage =
     "  --gptq CALIB.txt             GPTQ: error-compensating rounding of the q4/q4m/q8 layer matrices\n"
     "  --gptq-damp X                GPTQ: Hessian damping, fraction of its mean diagonal (default 0.01)\n"
     "  --calib-samples N            calibration rows kept per layer input (default 2048)\n"
+    "  --qat CALIB.txt              quantization-aware distillation: fine-tune the quantized model\n"
+    "                               (latent weights, scales, minimums, norms) to the input model's\n"
+    "                               next-token distributions on the text; after --gptq when given;\n"
+    "                               small models only (at most 64 Mi parameters)\n"
+    "  --qat-steps N                QAT: Adam steps over the whole text (default 100)\n"
+    "  --qat-lr X                   QAT: step size relative to each tensor's RMS (default 0.002)\n"
     "  --no-zstd                    store every tensor raw\n"
     "  --zstd-level N               zstd level (default 3)\n"
     "  --threads N                  worker threads (default: all cores)\n"
@@ -106,11 +114,13 @@ struct Args {
   bool has_embd = false;
   DType embd = DType::F32;
   std::vector<std::pair<std::string, DType>> kinds;  // --tensor-quant KIND=FORMAT, in order
-  std::string awq, gptq;  // calibration texts
+  std::string awq, gptq, qat;  // calibration texts
   bool awq_clip = false;
   int awq_grid = 20;
   double gptq_damp = 0.01;
   long calib_samples = 2048;
+  int qat_steps = 100;
+  float qat_lr = 2e-3f;
 };
 
 bool parse_dtype(const std::string& q, DType* out) {
@@ -180,6 +190,17 @@ Args parse_args(int argc, char** argv) {
       a.gptq_damp = std::strtod(v.c_str(), &end);
       if (v.empty() || *end != '\0' || !(a.gptq_damp > 0.0 && a.gptq_damp < 10.0))
         usage_error("--gptq-damp must be a number in (0, 10)");
+    } else if (arg == "--qat") {
+      a.qat = value(i);
+    } else if (arg == "--qat-steps") {
+      a.qat_steps = int(to_int(value(i), "--qat-steps"));
+      if (a.qat_steps < 1 || a.qat_steps > 100000) usage_error("--qat-steps must be in 1..100000");
+    } else if (arg == "--qat-lr") {
+      const std::string v = value(i);
+      char* end = nullptr;
+      a.qat_lr = std::strtof(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(a.qat_lr > 0.0f && a.qat_lr < 1.0f))
+        usage_error("--qat-lr must be a number in (0, 1)");
     } else if (arg == "--calib-samples") {
       a.calib_samples = to_int(value(i), "--calib-samples");
       if (a.calib_samples < 1 || a.calib_samples > (1L << 24)) usage_error("--calib-samples out of range");
@@ -215,12 +236,13 @@ Args parse_args(int argc, char** argv) {
   if (a.synthetic.empty() == a.input.empty()) usage_error("give exactly one of INPUT or --synthetic");
   if (a.output.empty()) usage_error("-o OUTPUT.llm is required");
   if (!a.synthetic.empty() && !a.has_quant) usage_error("--synthetic needs --quant");
-  if (!a.awq.empty() || !a.gptq.empty()) {
-    if (!a.synthetic.empty()) usage_error("--awq/--gptq need a real model, not --synthetic");
+  if (!a.awq.empty() || !a.gptq.empty() || !a.qat.empty()) {
+    if (!a.synthetic.empty()) usage_error("--awq/--gptq/--qat need a real model, not --synthetic");
     if (!a.has_quant || !llm::dtype_is_quantized(a.quant))
-      usage_error("--awq/--gptq need --quant q4, q4m or q8");
-    if (!a.awq.empty() && !a.gptq.empty() && a.awq != a.gptq)
-      usage_error("--awq and --gptq must use the same calibration text");
+      usage_error("--awq/--gptq/--qat need --quant q4, q4m or q8");
+    const std::string& first = !a.awq.empty() ? a.awq : !a.gptq.empty() ? a.gptq : a.qat;
+    for (const std::string* t : {&a.awq, &a.gptq, &a.qat})
+      if (!t->empty() && *t != first) usage_error("--awq, --gptq and --qat must use the same calibration text");
   }
   if (a.has_embd && !a.has_quant) usage_error("--embd-quant needs --quant");
   if (!a.kinds.empty() && !a.has_quant) usage_error("--tensor-quant needs --quant");
@@ -352,6 +374,7 @@ std::string recipe(const Args& a, size_t n_fallback) {
     r += "; " + kind.substr(0, kind.find('.')) + " " + llm::dtype_name(d);
   if (!a.awq.empty()) r += a.awq_clip ? "; awq+clip" : "; awq";
   if (!a.gptq.empty()) r += "; gptq";
+  if (!a.qat.empty()) r += "; qat " + std::to_string(a.qat_steps) + " steps";
   r += "; norms f32";
   if (n_fallback)
     r += "; " + std::to_string(n_fallback) + " matrices " + (a.quant == DType::F32 ? "f32" : "f16") +
@@ -431,10 +454,12 @@ void print_notes(const std::vector<std::string>& notes) {
     std::fprintf(stderr, "llm-convert: note: ... and %zu more matrices like these\n", notes.size() - shown);
 }
 
-// AWQ scaling and/or GPTQ rounding on a calibration text (see quant/awq.h).
+// AWQ scaling, GPTQ rounding and/or quantization-aware distillation on a
+// calibration text (see quant/awq.h, quant/distill.h).
 llm::ModelSource calibrate_and_rewrite(const Args& a, llm::ModelSource src, const llm::LlmConvertOptions& co,
                                        llm::ThreadPool& pool) {
-  const std::string& path = a.awq.empty() ? a.gptq : a.awq;
+  const std::string& path = !a.awq.empty() ? a.awq : !a.gptq.empty() ? a.gptq : a.qat;
+  const llm::ModelSource teacher = src;  // shares the tensors' bytes
   std::shared_ptr<llm::MappedFile> f = llm::MappedFile::open(path);
   const std::string text(reinterpret_cast<const char*>(f->data()), f->size());
   std::vector<int32_t> ids;
@@ -450,9 +475,12 @@ llm::ModelSource calibrate_and_rewrite(const Args& a, llm::ModelSource src, cons
   const auto windows = llm::awq_windows(ids, src.vocab.bos, ao.window);
   LLM_CHECK(!windows.empty(), LLM_ERR_INVALID_ARGUMENT, "calibration text '%s' is empty", path.c_str());
   const auto t0 = std::chrono::steady_clock::now();
-  llm::AwqCalibration cal = llm::awq_calibrate(src, windows, ao, &pool);
+  llm::AwqCalibration cal;
+  if (!a.awq.empty() || !a.gptq.empty()) cal = llm::awq_calibrate(src, windows, ao, &pool);
+  int64_t n_tokens = 0;
+  for (const auto& w : windows) n_tokens += int64_t(w.size());
   if (!a.quiet)
-    std::printf("calibration: %s, %lld tokens in %zu windows\n", base_name(path).c_str(), (long long)cal.n_tokens,
+    std::printf("calibration: %s, %lld tokens in %zu windows\n", base_name(path).c_str(), (long long)n_tokens,
                 windows.size());
   if (!a.awq.empty()) {
     llm::AwqReport rep;
@@ -480,10 +508,23 @@ llm::ModelSource calibrate_and_rewrite(const Args& a, llm::ModelSource src, cons
                   plain > 0 ? 100.0 * (gptq / plain - 1.0) : 0.0);
     }
   }
+  if (!a.qat.empty()) {
+    llm::DistillOptions dopt;
+    dopt.steps = a.qat_steps;
+    dopt.lr = a.qat_lr;
+    ProgressBar bar(!a.quiet);
+    dopt.progress = [&](int32_t step, double) { bar.update(float(step) / float(a.qat_steps)); };
+    llm::DistillReport rep;
+    src = llm::distill_quantize(teacher, src, windows, co, dopt, &rep, &pool);
+    bar.update(1.0f);
+    if (!a.quiet)
+      std::printf("QAT: %d steps over %lld tokens, %lld values trained, KL to the input model %.6g -> %.6g\n",
+                  int(a.qat_steps), (long long)rep.n_tokens, (long long)rep.n_params, rep.kl_start, rep.kl_end);
+  }
   if (!a.quiet)
     std::printf("calibration took %.1f s\n",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  src.meta["quant.calibration"] = base_name(path) + ", " + std::to_string(cal.n_tokens) + " tokens";
+  src.meta["quant.calibration"] = base_name(path) + ", " + std::to_string(n_tokens) + " tokens";
   return src;
 }
 
@@ -494,7 +535,7 @@ llm::LlmWriteReport convert(const Args& a, llm::ThreadPool& pool, const llm::Llm
   std::string format;
   llm::ModelSource src = read_input(a, log, &format);
   const llm::LlmConvertOptions co = convert_options(a);
-  if (!a.awq.empty() || !a.gptq.empty()) src = calibrate_and_rewrite(a, std::move(src), co, pool);
+  if (!a.awq.empty() || !a.gptq.empty() || !a.qat.empty()) src = calibrate_and_rewrite(a, std::move(src), co, pool);
   for (const auto& t : src.tensors) (*numel)[t.name] = uint64_t(t.numel());
 
   std::vector<std::string> notes;

@@ -6,6 +6,7 @@
 // planning (plan_llm_tensor) and quantizers, and run by the engine.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "format/llm_file.h"
 #include "model/model.h"
 #include "quant/awq.h"
+#include "quant/distill.h"
 #include "quant/quant.h"
 #include "reference.h"
 
@@ -275,6 +277,50 @@ TEST(QuantQuality, Q4G32CalibratedRecipesBeatPlain) {
               qx.mean_kl);
   EXPECT_GE(qx.agreement, 0.95);
   EXPECT_LT(qx.mean_kl, qm.mean_kl * 0.75);
+}
+
+// Quantization-aware distillation (llm-convert --gptq C --qat C): GPTQ's
+// q4m g32 + q8 embeddings, then fine-tuned to the f32 model's next-token
+// distributions on the calibration text (100 steps, as llm-convert's
+// defaults except the step size). The 4-bit recipe that clears 95%
+// (docs/QUANTIZATION.md, section 4; here 95.9%, KL 0.0123 against GPTQ's
+// 0.0178). Agreement moves by a position or two between CPUs (the float
+// order of the f32 matmuls differs by ISA); the KL bound is the firm one.
+TEST(QuantQuality, Q4MDistilledReaches95) {
+  const std::vector<int32_t> calib = sampled_calibration();
+  llm::ThreadPool pool(2);
+  llm::AwqOptions ao;
+  ao.window = 257;
+  ao.max_samples = 4096;
+  const auto windows = llm::awq_windows(calib, 1, ao.window);
+  const llm::AwqCalibration cal = llm::awq_calibrate(f32_source(), windows, ao, nullptr);
+  llm::LlmConvertOptions co;
+  co.requantize = true;
+  co.dtype = DType::Q4M;
+  co.group = 32;
+  co.overrides["token_embd.weight"] = DType::Q8;
+  const llm::ModelSource gptq = llm::gptq_quantize(f32_source(), cal, co, 0.01, nullptr, nullptr);
+  const Quality qg = compare(f32_model(), *build(finish_plan(gptq, co), true));
+
+  llm::DistillOptions opt;
+  opt.steps = 100;
+  opt.lr = 2e-3f;
+  llm::DistillReport rep;
+  const llm::ModelSource qat = llm::distill_quantize(f32_source(), gptq, windows, co, opt, &rep, &pool);
+  const llm::ModelSource final_src = finish_plan(qat, co);  // ffn_down, norms: f32 -> as planned
+  EXPECT_EQ(final_src.find("token_embd.weight")->dtype, DType::Q8);
+  EXPECT_EQ(final_src.find("blk.0.attn_q.weight")->dtype, DType::Q4M);
+  EXPECT_EQ(final_src.find("blk.4.ffn_up.weight")->dtype, DType::Q4M);
+  const Quality q = compare(f32_model(), *build(final_src, true));
+  const Quality q_fast = compare(f32_model(), *build(final_src, false));
+  std::printf("q4m g32 GPTQ + QAT, q8 embeddings: agreement %.4f, mean KL %.6f (fast kernels %.4f, %.6f); "
+              "GPTQ alone %.4f, %.6f; calibration KL %.6f -> %.6f\n",
+              q.agreement, q.mean_kl, q_fast.agreement, q_fast.mean_kl, qg.agreement, qg.mean_kl, rep.kl_start,
+              rep.kl_end);
+  EXPECT_LT(rep.kl_end, rep.kl_start * 0.4);
+  EXPECT_GE(q.agreement, 0.95);
+  EXPECT_GE(q_fast.agreement, 0.95);
+  EXPECT_LT(q.mean_kl, qg.mean_kl * 0.75);
 }
 
 // Plain q4m (no calibration): the fitted minimum alone takes a good part of
