@@ -18,6 +18,7 @@
 #include "format/gguf.h"
 #include "quant/ggml_quants.h"
 #include "quant/quant.h"
+#include "status_of.h"
 
 namespace llm {
 namespace {
@@ -31,15 +32,7 @@ std::vector<uint8_t> read_all(const std::string& path) {
 }
 
 // Runs fn and returns the llm_status it threw (LLM_OK if it returned).
-template <typename F>
-llm_status status_of(F&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.status();
-  }
-  return LLM_OK;
-}
+using llm::testing::status_of;
 
 const TensorData& tensor(const ModelSource& m, const std::string& name) {
   const TensorData* t = m.find(name);

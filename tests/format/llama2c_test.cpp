@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "format/llama2c.h"
 #include "tmp.h"
+#include "status_of.h"
 
 namespace {
 
@@ -29,14 +30,7 @@ void spit(const std::string& path, const std::vector<uint8_t>& bytes) {
   f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
 }
 
-llm_status status_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const llm::Error& e) {
-    return e.status();
-  }
-  return LLM_OK;
-}
+using llm::testing::status_of;
 
 const char kSpace[] = "\xE2\x96\x81";
 

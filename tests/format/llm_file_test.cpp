@@ -20,6 +20,7 @@
 #include "format/llama2c.h"
 #include "format/llm_file.h"
 #include "tmp.h"
+#include "status_of.h"
 
 namespace {
 
@@ -34,15 +35,7 @@ std::vector<uint8_t> slurp(const std::string& path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-llm_status status_of(const std::function<void()>& fn, std::string* msg = nullptr) {
-  try {
-    fn();
-  } catch (const llm::Error& e) {
-    if (msg) *msg = e.what();
-    return e.status();
-  }
-  return LLM_OK;
-}
+using llm::testing::status_of;
 
 llm_status parse_status(const std::vector<uint8_t>& bytes, std::string* msg = nullptr) {
   return status_of([&] { llm::parse_llm(llm::MappedFile::from_bytes(bytes)); }, msg);

@@ -28,6 +28,7 @@
 #include "reference.h"
 #include "tokenizer/tokenizer.h"
 #include "tmp.h"
+#include "status_of.h"
 
 namespace fs = std::filesystem;
 using llm::testing::model_path;
@@ -54,14 +55,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-llm_status status_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const llm::Error& e) {
-    return e.status();
-  }
-  return LLM_OK;
-}
+using llm::testing::status_of;
 
 // ---------------------------------------------------------------------------
 // safetensors writing (test side): 8-byte length, JSON header padded with

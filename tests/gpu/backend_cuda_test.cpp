@@ -18,6 +18,7 @@
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "reference.h"
+#include "status_of.h"
 
 namespace {
 
@@ -50,14 +51,7 @@ std::unique_ptr<cuda::Backend> make_backend(const Model& m, llm_kv_type kv = LLM
   return cuda::Backend::create(m, o);
 }
 
-llm_status status_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.status();
-  }
-  return LLM_OK;
-}
+using llm::testing::status_of;
 
 int32_t greedy(const std::vector<float>& l) {
   int32_t best = 0;

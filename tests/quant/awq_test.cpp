@@ -21,6 +21,7 @@
 #include "reference.h"
 #include "tokenizer/tokenizer.h"
 #include "tmp.h"
+#include "status_of.h"
 
 namespace {
 
@@ -120,14 +121,7 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-llm_status status_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const llm::Error& e) {
-    return e.status();
-  }
-  return LLM_OK;
-}
+using llm::testing::status_of;
 
 }  // namespace
 

@@ -20,6 +20,7 @@
 #include "quant/distill.h"
 #include "quant/quant.h"
 #include "reference.h"
+#include "status_of.h"
 
 namespace {
 
@@ -110,14 +111,7 @@ std::vector<std::vector<int32_t>> random_sequences(int count, int len, int32_t v
   return out;
 }
 
-llm_status status_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const llm::Error& e) {
-    return e.status();
-  }
-  return LLM_OK;
-}
+using llm::testing::status_of;
 
 }  // namespace
 
