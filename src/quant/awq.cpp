@@ -30,6 +30,16 @@ const char* awq_site_name(AwqSite s) {
   return "?";
 }
 
+std::vector<float> tensor_to_f32(const TensorData& t) {
+  const int64_t rows = t.shape.size() >= 2 ? t.rows() : 1, cols = t.cols();
+  const size_t rb = dtype_row_bytes(t.dtype, cols, t.group);
+  LLM_CHECK(rb != 0 && t.nbytes >= rb * size_t(rows) && (t.shape.size() == 1 || t.shape.size() == 2), LLM_ERR_FORMAT,
+            "tensor '%s' has a bad size", t.name.c_str());
+  std::vector<float> out(size_t(rows) * size_t(cols));
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(t.dtype, t.group, t.data + size_t(r) * rb, &out[size_t(r * cols)], cols);
+  return out;
+}
+
 namespace {
 
 const TensorData& need(const ModelSource& src, const std::string& name) {
@@ -51,17 +61,6 @@ cpu::WeightView view_of(const TensorData& t, int64_t rows, int64_t cols) {
   LLM_CHECK(w.row_bytes != 0 && t.nbytes >= w.row_bytes * size_t(rows), LLM_ERR_FORMAT, "tensor '%s' has a bad size",
             t.name.c_str());
   return w;
-}
-
-// Any stored tensor as f32, row by row (a 1-D tensor is one row).
-std::vector<float> to_f32(const TensorData& t) {
-  const int64_t rows = t.shape.size() >= 2 ? t.rows() : 1, cols = t.cols();
-  const size_t rb = dtype_row_bytes(t.dtype, cols, t.group);
-  LLM_CHECK(rb != 0 && t.nbytes >= rb * size_t(rows) && (t.shape.size() == 1 || t.shape.size() == 2), LLM_ERR_FORMAT,
-            "tensor '%s' has a bad size", t.name.c_str());
-  std::vector<float> out(size_t(rows) * size_t(cols));
-  for (int64_t r = 0; r < rows; ++r) dequantize_row(t.dtype, t.group, t.data + size_t(r) * rb, &out[size_t(r * cols)], cols);
-  return out;
 }
 
 // Runs fn(r) for r in [0, n) split across the pool.
@@ -112,7 +111,7 @@ ReferenceForward::ReferenceForward(const ModelSource& src, ThreadPool* pool) : i
     const TensorData& t = need(src, name);
     LLM_CHECK(t.shape.size() == 1 && t.shape[0] == dim, LLM_ERR_FORMAT, "tensor '%s' should be [%lld]", name.c_str(),
               (long long)dim);
-    return to_f32(t);
+    return tensor_to_f32(t);
   };
   m.output_norm = vec("output_norm.weight");
   m.layers.resize(size_t(c.n_layers));
@@ -320,7 +319,7 @@ class Workspace {
   std::vector<float>& get(const std::string& name) {
     auto it = f32_.find(name);
     if (it != f32_.end()) return it->second;
-    return f32_.emplace(name, to_f32(need(src_, name))).first->second;
+    return f32_.emplace(name, tensor_to_f32(need(src_, name))).first->second;
   }
   const std::map<std::string, std::vector<float>>& all() const { return f32_; }
 
@@ -835,7 +834,7 @@ ModelSource gptq_quantize(const ModelSource& src, const AwqCalibration& cal, con
       for (size_t k = 0; k < todo.size(); ++k) {
         const TensorData& t = *todo[k];
         const LlmTensorSpec& s = specs[k];
-        const std::vector<float> W = to_f32(t);
+        const std::vector<float> W = tensor_to_f32(t);
         const int64_t rows = t.rows();
         const size_t rb = dtype_row_bytes(s.dtype, cols, s.group);
         auto bytes = std::make_shared<std::vector<uint8_t>>(rb * size_t(rows));

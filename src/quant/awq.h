@@ -42,6 +42,10 @@ enum class AwqSite : int { Qkv = 0, GateUp = 1, Down = 2, Output = 3, AttnOut = 
 constexpr int kAwqSites = 5;
 const char* awq_site_name(AwqSite s);
 
+// Any stored tensor as f32, row by row (a 1-D tensor is one row). Throws
+// Error(LLM_ERR_FORMAT) when its bytes do not cover its shape.
+std::vector<float> tensor_to_f32(const TensorData& t);
+
 // f32 forward pass of a Llama ModelSource (any stored weight type; weights
 // are read through cpu::matmul in reference mode, never copied). One
 // sequence at a time from position 0; attention over contiguous f32 K/V.

@@ -243,18 +243,6 @@ std::shared_ptr<std::vector<uint8_t>> pack(const Param& p) {
   return out;
 }
 
-// Any stored tensor as f32 (a 1-D tensor is one row).
-std::vector<float> tensor_f32(const TensorData& t) {
-  const int64_t rows = t.shape.size() >= 2 ? t.rows() : 1, cols = t.cols();
-  const size_t rb = dtype_row_bytes(t.dtype, cols, t.group);
-  LLM_CHECK(rb != 0 && t.nbytes >= rb * size_t(rows) && (t.shape.size() == 1 || t.shape.size() == 2), LLM_ERR_FORMAT,
-            "tensor '%s' has a bad size", t.name.c_str());
-  std::vector<float> out(size_t(rows) * size_t(cols));
-  for (int64_t r = 0; r < rows; ++r)
-    dequantize_row(t.dtype, t.group, t.data + size_t(r) * rb, &out[size_t(r * cols)], cols);
-  return out;
-}
-
 // The per-group (d, m) written in the headers of stored blocks of p's format.
 void read_headers(Param& p, const uint8_t* data) {
   const Codes c = codes_of(p.dtype);
@@ -561,7 +549,7 @@ Distiller::Distiller(const ModelSource& teacher, const ModelSource& student,
         p.group = s.dtype == DType::Q8 ? 32 : s.group;
       }
     }
-    std::vector<float> w = tensor_f32(*t);
+    std::vector<float> w = tensor_to_f32(*t);
     if (p.quantized()) {
       // Scales from the student's blocks when it already has this format
       // (GPTQ ran); else from the plain quantizer, latent = the weights as read.
