@@ -21,6 +21,7 @@
 #include "reference.h"
 #include "tokenizer/tokenizer.h"
 #include "tmp.h"
+#include "random_model.h"
 #include "status_of.h"
 
 namespace {
@@ -59,8 +60,7 @@ const std::string kHeldOutText =
 // every AWQ site (including down and output) is exercised. A few embedding
 // channels are 8x larger, like the outlier channels of trained models.
 llm::ModelSource synthetic_model() {
-  llm::ModelSource src;
-  llm::ModelConfig& c = src.config;
+  llm::ModelConfig c;
   c.dim = 64;
   c.hidden_dim = 128;
   c.n_layers = 2;
@@ -69,40 +69,13 @@ llm::ModelSource synthetic_model() {
   c.head_dim = 16;
   c.vocab_size = 512;
   c.seq_len = 256;
+  llm::ModelSource src = llm::testing::random_llama(c, 42, false, [](const std::string& kind) {
+    return kind == "token_embd" ? 0.5f : kind.find("norm") != std::string::npos ? 0.2f : 0.1f;
+  });
   src.vocab = stories().vocab;
-  std::mt19937 rng(42);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, float sigma, float mean) {
-    llm::TensorData t;
-    t.name = name;
-    t.shape = shape;
-    auto bytes = std::make_shared<std::vector<uint8_t>>(size_t(t.numel()) * 4);
-    float* f = reinterpret_cast<float*>(bytes->data());
-    for (int64_t i = 0; i < t.numel(); ++i) f[i] = mean + sigma * nd(rng);
-    if (name == "token_embd.weight")
-      for (int64_t r = 0; r < shape[0]; ++r)
-        for (int64_t ch : {3, 17, 40}) f[r * shape[1] + ch] *= 8.0f;
-    t.data = bytes->data();
-    t.nbytes = bytes->size();
-    t.owned = bytes;
-    src.tensors.push_back(std::move(t));
-  };
-  const int64_t dim = c.dim, hid = c.hidden_dim, kv = int64_t(c.n_kv_heads) * c.head_dim;
-  add("token_embd.weight", {c.vocab_size, dim}, 0.5f, 0.0f);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    add(p + "attn_norm.weight", {dim}, 0.2f, 1.0f);
-    add(p + "attn_q.weight", {dim, dim}, 0.1f, 0.0f);
-    add(p + "attn_k.weight", {kv, dim}, 0.1f, 0.0f);
-    add(p + "attn_v.weight", {kv, dim}, 0.1f, 0.0f);
-    add(p + "attn_output.weight", {dim, dim}, 0.1f, 0.0f);
-    add(p + "ffn_norm.weight", {dim}, 0.2f, 1.0f);
-    add(p + "ffn_gate.weight", {hid, dim}, 0.1f, 0.0f);
-    add(p + "ffn_up.weight", {hid, dim}, 0.1f, 0.0f);
-    add(p + "ffn_down.weight", {dim, hid}, 0.1f, 0.0f);
-  }
-  add("output_norm.weight", {dim}, 0.2f, 1.0f);
-  add("output.weight", {c.vocab_size, dim}, 0.1f, 0.0f);
+  float* embd = llm::testing::random_values(src, "token_embd.weight");
+  for (int64_t r = 0; r < c.vocab_size; ++r)
+    for (int64_t ch : {3, 17, 40}) embd[r * c.dim + ch] *= 8.0f;
   return src;
 }
 

@@ -20,6 +20,7 @@
 #include "quant/distill.h"
 #include "quant/quant.h"
 #include "reference.h"
+#include "random_model.h"
 #include "status_of.h"
 
 namespace {
@@ -29,8 +30,7 @@ using llm::DType;
 // A random model small enough for finite differences: GQA (4 heads on 2 KV
 // heads), an untied output unless `tied`. `seed` changes every weight.
 llm::ModelSource tiny_model(uint32_t seed, bool tied) {
-  llm::ModelSource src;
-  llm::ModelConfig& c = src.config;
+  llm::ModelConfig c;
   c.dim = 32;
   c.hidden_dim = 64;
   c.n_layers = 2;
@@ -39,37 +39,11 @@ llm::ModelSource tiny_model(uint32_t seed, bool tied) {
   c.head_dim = 8;
   c.vocab_size = 48;
   c.seq_len = 64;
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, float sigma, float mean) {
-    llm::TensorData t;
-    t.name = name;
-    t.shape = shape;
-    auto bytes = std::make_shared<std::vector<uint8_t>>(size_t(t.numel()) * 4);
-    float* f = reinterpret_cast<float*>(bytes->data());
-    for (int64_t i = 0; i < t.numel(); ++i) f[i] = mean + sigma * nd(rng);
-    t.data = bytes->data();
-    t.nbytes = bytes->size();
-    t.owned = bytes;
-    src.tensors.push_back(std::move(t));
-  };
-  const int64_t dim = c.dim, hid = c.hidden_dim, kv = int64_t(c.n_kv_heads) * c.head_dim;
-  add("token_embd.weight", {c.vocab_size, dim}, 0.6f, 0.0f);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    add(p + "attn_norm.weight", {dim}, 0.2f, 1.0f);
-    add(p + "attn_q.weight", {dim, dim}, 0.3f, 0.0f);
-    add(p + "attn_k.weight", {kv, dim}, 0.3f, 0.0f);
-    add(p + "attn_v.weight", {kv, dim}, 0.3f, 0.0f);
-    add(p + "attn_output.weight", {dim, dim}, 0.2f, 0.0f);
-    add(p + "ffn_norm.weight", {dim}, 0.2f, 1.0f);
-    add(p + "ffn_gate.weight", {hid, dim}, 0.3f, 0.0f);
-    add(p + "ffn_up.weight", {hid, dim}, 0.3f, 0.0f);
-    add(p + "ffn_down.weight", {dim, hid}, 0.2f, 0.0f);
-  }
-  add("output_norm.weight", {dim}, 0.2f, 1.0f);
-  if (!tied) add("output.weight", {c.vocab_size, dim}, 0.3f, 0.0f);
-  return src;
+  return llm::testing::random_llama(c, seed, tied, [](const std::string& kind) {
+    if (kind == "token_embd") return 0.6f;
+    if (kind.find("norm") != std::string::npos || kind == "attn_output" || kind == "ffn_down") return 0.2f;
+    return 0.3f;
+  });
 }
 
 // teacher with every value moved by N(0, sigma^2) (a different model, so

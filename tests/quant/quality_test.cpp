@@ -182,6 +182,16 @@ TEST(QuantQuality, Q4G32PlainFloor) {
   EXPECT_LT(q.mean_kl, 0.08);
 }
 
+// The converter's plan for --quant dtype --group 32 --embd-quant q8.
+llm::LlmConvertOptions plan_q8_embeddings(DType dtype) {
+  llm::LlmConvertOptions co;
+  co.requantize = true;
+  co.dtype = dtype;
+  co.group = 32;
+  co.overrides["token_embd.weight"] = DType::Q8;
+  return co;
+}
+
 // Calibration data that is not the evaluation data: 16 stories sampled at
 // temperature 1 from the f32 model itself (the references are greedy).
 std::vector<int32_t> sampled_calibration() {
@@ -225,11 +235,7 @@ TEST(QuantQuality, Q4G32CalibratedRecipesBeatPlain) {
               plain.agreement, plain.mean_kl);
   EXPECT_LT(qa.mean_kl, plain.mean_kl * 0.96);
 
-  llm::LlmConvertOptions co;
-  co.requantize = true;
-  co.dtype = DType::Q4;
-  co.group = 32;
-  co.overrides["token_embd.weight"] = DType::Q8;
+  llm::LlmConvertOptions co = plan_q8_embeddings(DType::Q4);
   const llm::ModelSource gptq = llm::gptq_quantize(f32_source(), cal, co, 0.01, nullptr, pool);
   // The converter's planning: GPTQ tensors are already in their final
   // format, token_embd becomes q8.
@@ -294,11 +300,7 @@ TEST(QuantQuality, Q4MDistilledReaches95) {
   ao.max_samples = 4096;
   const auto windows = llm::awq_windows(calib, 1, ao.window);
   const llm::AwqCalibration cal = llm::awq_calibrate(f32_source(), windows, ao, nullptr);
-  llm::LlmConvertOptions co;
-  co.requantize = true;
-  co.dtype = DType::Q4M;
-  co.group = 32;
-  co.overrides["token_embd.weight"] = DType::Q8;
+  const llm::LlmConvertOptions co = plan_q8_embeddings(DType::Q4M);
   const llm::ModelSource gptq = llm::gptq_quantize(f32_source(), cal, co, 0.01, nullptr, nullptr);
   const Quality qg = compare(f32_model(), *build(finish_plan(gptq, co), true));
 
