@@ -668,6 +668,9 @@ ModelSource distill_quantize(const ModelSource& teacher, const ModelSource& stud
   for (const Param& p : params) rep.n_params += int64_t(p.w.val.size() + p.d.val.size() + p.m.val.size());
   for (int32_t step = 1; step <= opts.steps; ++step) {
     const double kl = dd.pass(true, false);
+    LLM_CHECK(std::isfinite(kl), LLM_ERR_INVALID_ARGUMENT,
+              "distill: the loss is not finite at step %d (KL %g): non-finite weights, or a step size far too large",
+              int(step), kl);
     if (step == 1) rep.kl_start = kl;
     const float lr = opts.lr * 0.5f * (1.0f + std::cos(3.14159265f * float(step) / float(opts.steps)));
     for (Param& p : params) {

@@ -60,7 +60,8 @@ struct DistillReport {
 // each BOS first and at least 2 tokens. Returns student with every trained
 // tensor replaced: quantized matrices as blocks of their planned format,
 // float matrices and norms as f32 (the writer then stores them as planned).
-// Throws Error(LLM_ERR_INVALID_ARGUMENT) for bad options or tokens,
+// Throws Error(LLM_ERR_INVALID_ARGUMENT) for bad options or tokens, or when
+// the loss stops being finite (a step size far too large),
 // Error(LLM_ERR_UNSUPPORTED) for a model over kDistillMaxParams,
 // Error(LLM_ERR_FORMAT) for missing or misshapen tensors.
 ModelSource distill_quantize(const ModelSource& teacher, const ModelSource& student,

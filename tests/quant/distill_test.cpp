@@ -206,6 +206,13 @@ TEST(Distill, RejectsBadInput) {
   llm::DistillOptions bad = opt;
   bad.lr = 0.0f;
   EXPECT_EQ(run({{1, 2}}, bad, teacher), LLM_ERR_INVALID_ARGUMENT);
+  // A NaN weight (here in a norm, which stays f32) makes the loss NaN: refused, not written.
+  llm::ModelSource nan_student = with_value(teacher, "blk.1.ffn_norm.weight", 5, std::nanf(""));
+  std::string msg;
+  EXPECT_EQ(llm::testing::status_of(
+                [&] { llm::distill_quantize(teacher, nan_student, {{1, 2, 3}}, co, opt, nullptr, nullptr); }, &msg),
+            LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(msg.find("not finite"), std::string::npos) << msg;
   bad = opt;
   bad.steps = -1;
   EXPECT_EQ(run({{1, 2}}, bad, teacher), LLM_ERR_INVALID_ARGUMENT);
