@@ -522,6 +522,11 @@ Distiller::Distiller(const ModelSource& teacher, const ModelSource& student,
   LLM_CHECK(c.dim > 0 && c.hidden_dim > 0 && c.n_layers > 0 && c.n_heads > 0 && c.n_kv_heads > 0 && c.head_dim > 0 &&
                 c.head_dim % 2 == 0 && c.n_heads % c.n_kv_heads == 0 && c.vocab_size > 0,
             LLM_ERR_FORMAT, "distill: bad hyper-parameters");
+  const ModelConfig& tc = teacher.config;
+  LLM_CHECK(tc.dim == c.dim && tc.hidden_dim == c.hidden_dim && tc.n_layers == c.n_layers &&
+                tc.n_heads == c.n_heads && tc.n_kv_heads == c.n_kv_heads && tc.head_dim == c.head_dim &&
+                tc.vocab_size == c.vocab_size,
+            LLM_ERR_INVALID_ARGUMENT, "distill: the teacher and the student have different shapes");
   LLM_CHECK(!sequences.empty(), LLM_ERR_INVALID_ARGUMENT, "distill: no calibration sequences");
   Net& net = net_;
   std::vector<Param>& params = params_;

@@ -62,6 +62,22 @@ llm::ModelSource perturbed(const llm::ModelSource& teacher, float sigma, uint32_
   return out;
 }
 
+// teacher with one more vocabulary entry (token_embd gains a row).
+llm::ModelSource perturbed_vocab(const llm::ModelSource& teacher) {
+  llm::ModelSource out = teacher;
+  out.config.vocab_size += 1;
+  for (auto& t : out.tensors) {
+    if (t.name != "token_embd.weight") continue;
+    auto bytes = std::make_shared<std::vector<uint8_t>>(t.data, t.data + t.nbytes);
+    bytes->resize(bytes->size() + size_t(t.shape[1]) * 4, 0);
+    t.shape[0] += 1;
+    t.data = bytes->data();
+    t.nbytes = bytes->size();
+    t.owned = bytes;
+  }
+  return out;
+}
+
 // src with value i of tensor `name` (f32) set to v.
 llm::ModelSource with_value(const llm::ModelSource& src, const std::string& name, size_t i, float v) {
   llm::ModelSource out = src;
@@ -222,10 +238,16 @@ TEST(Distill, RejectsBadInput) {
   llm::ModelSource misshapen = teacher;
   misshapen.tensors[2].shape = {7};
   EXPECT_EQ(run({{1, 2}}, opt, misshapen), LLM_ERR_FORMAT);
+  // A teacher of another shape (its logits would not line up with the student's).
+  EXPECT_EQ(status_of([&] {
+              llm::distill_quantize(tiny_model(1, false), perturbed_vocab(teacher), {{1, 2}}, co, opt, nullptr, nullptr);
+            }),
+            LLM_ERR_INVALID_ARGUMENT);
   // Over kDistillMaxParams: refused from the shapes, before any weight is read.
   llm::ModelSource huge = teacher;
   huge.config.vocab_size = int32_t(llm::kDistillMaxParams / teacher.config.dim) + 1;
   huge.tensors[0].shape = {huge.config.vocab_size, teacher.config.dim};
-  EXPECT_EQ(run({{1, 2}}, opt, huge), LLM_ERR_UNSUPPORTED);
+  EXPECT_EQ(status_of([&] { llm::distill_quantize(huge, huge, {{1, 2}}, co, opt, nullptr, nullptr); }),
+            LLM_ERR_UNSUPPORTED);
   EXPECT_EQ(run({{1, 2, 3}}, opt, teacher), LLM_OK);
 }
