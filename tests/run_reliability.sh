@@ -17,7 +17,9 @@
 #   FUZZ_PARALLEL   fuzz targets run at once (default: JOBS)
 #   ASAN_DIR, TSAN_DIR, FUZZ_DIR   build folders (default build-asan, build-tsan, build-fuzz)
 #   ASAN_TESTS      ctest -R regex of what the ASan build runs (default: all suites)
-#   ASAN_EXCLUDE    ctest -E regex of tests the ASan build skips (default: none)
+#   ASAN_EXCLUDE    ctest -E regex of tests the ASan build skips (default: QuantQuality.Q4MDistilledReaches95,
+#                   5 minutes under ASan for a figure the Release run checks; the pass it runs is
+#                   covered under ASan by Distill.* and tools.convert_cli)
 #   CC_FUZZ, CXX_FUZZ  clang for the fuzz build (default clang, clang++)
 # Exit status: 0 if every phase passed and no fuzz target crashed.
 set -euo pipefail
@@ -47,7 +49,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-$default_seconds}
 FUZZ_PARALLEL=${FUZZ_PARALLEL:-$JOBS}
 # ctest -R / -E regexes for the ASan run (default: every suite that is built).
 ASAN_TESTS=${ASAN_TESTS:-}
-ASAN_EXCLUDE=${ASAN_EXCLUDE:-'^$'}
+ASAN_EXCLUDE=${ASAN_EXCLUDE:-'^QuantQuality\.Q4MDistilledReaches95$'}
 
 common_cmake=(-DLLM_CUDA=OFF -DLLM_BUILD_BENCH=OFF -DLLM_BUILD_SAMPLES=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 # Ninja when available, for a fresh build folder (an existing one keeps its generator).
@@ -68,10 +70,12 @@ if have asan; then
   t0=$(date +%s)
   echo "=== ASan+UBSan build ($ASAN_DIR)"
   cmake -S . -B "$ASAN_DIR" $(generator "$ASAN_DIR") "${common_cmake[@]}" -DLLM_SANITIZE=address >/dev/null
-  # The test binaries and what ctest needs; not the CLI tools or bindings.
+  # The test binaries and what ctest needs (llm-convert and llm-run for
+  # tools.convert_cli); not the other tools or the bindings.
   targets=(llm_unit_tests llm_ops_tests llm_format_tests llm_tokenizer_tests llm_quant_tests llm_kv_tests
-           llm_engine_tests llm_e2e_tests llm_fuzz_replay_tests llm_fuzz_make_seeds llm_abi_runtime llm_no_output_test)
-  available=$(cmake --build "$ASAN_DIR" --target help 2>/dev/null | sed -n 's/^\([A-Za-z0-9_]*\): .*/\1/p')
+           llm_engine_tests llm_e2e_tests llm_fuzz_replay_tests llm_fuzz_make_seeds llm_abi_runtime llm_no_output_test
+           llm-convert llm-run)
+  available=$(cmake --build "$ASAN_DIR" --target help 2>/dev/null | sed -n 's/^\([A-Za-z0-9_-]*\): .*/\1/p')
   existing=()
   for t in "${targets[@]}"; do
     if grep -qx "$t" <<<"$available"; then existing+=(--target "$t"); fi
