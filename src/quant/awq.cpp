@@ -651,8 +651,7 @@ struct GptqOrder {
 void gptq_row(const float* w, int64_t cols, const GptqOrder& o, const std::vector<float>& importance, DType dtype,
               uint32_t group, uint8_t* dst) {
   const int64_t g = dtype == DType::Q8 ? 32 : int64_t(group);
-  const int64_t hb = dtype == DType::Q8 ? 2 : q4_header_bytes(dtype);
-  const int64_t gbytes = dtype == DType::Q8 ? 34 : hb + g / 2;
+  const int64_t gbytes = int64_t(dtype_row_bytes(dtype, g, uint32_t(g)));
   const int64_t half = g / 2;
   const int64_t ng = cols / g;
   std::vector<float> gd(static_cast<size_t>(ng)), gm(static_cast<size_t>(ng), 0.0f);

@@ -36,6 +36,15 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// log(sum_e exp(z[e])), in double, shifted by the largest z.
+double log_sum_exp(const float* z, int64_t n) {
+  float mx = z[0];
+  for (int64_t e = 1; e < n; ++e) mx = std::max(mx, z[e]);
+  double sum = 0.0;
+  for (int64_t e = 0; e < n; ++e) sum += std::exp(double(z[e] - mx));
+  return double(mx) + std::log(sum);
+}
+
 cpu::WeightView f32_view(const float* W, int64_t rows, int64_t cols) {
   cpu::WeightView v;
   v.dtype = DType::F32;
@@ -137,6 +146,16 @@ Codes codes_of(DType t) {
 
 constexpr float kTinyScale = 1e-10f;
 
+// The code of latent weight w in a group with scale d and minimum m: the one
+// rounding rule that training (materialize) and storing (pack) share.
+float code_of(const Codes& c, float w, float d, float m) {
+  if (std::fabs(d) < kTinyScale) return 0.0f;
+  return std::min(c.qmax, std::max(c.qmin, std::floor((w - m) / d + 0.5f)));
+}
+
+// Bytes of one stored group of a quantized format.
+int64_t group_bytes(DType t, int64_t g) { return int64_t(dtype_row_bytes(t, g, uint32_t(g))); }
+
 struct Param {
   std::string name;
   int64_t rows = 1, cols = 0;
@@ -165,14 +184,7 @@ void materialize(const Param& p, float* eff, bool fp16) {
     }
     const float* w = &p.w.val[size_t(b * g)];
     float* y = eff + b * g;
-    if (std::fabs(d) < kTinyScale) {
-      for (int64_t e = 0; e < g; ++e) y[e] = m;
-      continue;
-    }
-    for (int64_t e = 0; e < g; ++e) {
-      const float q = std::min(c.qmax, std::max(c.qmin, std::floor((w[e] - m) / d + 0.5f)));
-      y[e] = d * q + m;
-    }
+    for (int64_t e = 0; e < g; ++e) y[e] = d * code_of(c, w[e], d, m) + m;
   }
 }
 
@@ -217,8 +229,7 @@ void backprop_codes(Param& p, const float* geff) {
 std::shared_ptr<std::vector<uint8_t>> pack(const Param& p) {
   const Codes c = codes_of(p.dtype);
   const int64_t g = p.group, n = p.numel(), half = g / 2;
-  const int64_t hb = p.dtype == DType::Q8 ? 2 : q4_header_bytes(p.dtype);
-  const int64_t gbytes = p.dtype == DType::Q8 ? 2 + g : hb + half;
+  const int64_t hb = p.dtype == DType::Q8 ? 2 : q4_header_bytes(p.dtype), gbytes = group_bytes(p.dtype, g);
   auto out = std::make_shared<std::vector<uint8_t>>(size_t(n / g * gbytes), 0);
   for (int64_t b = 0; b < n / g; ++b) {
     uint8_t* blk = out->data() + b * gbytes;
@@ -229,8 +240,7 @@ std::shared_ptr<std::vector<uint8_t>> pack(const Param& p) {
     const float d = f16_to_f32(hd), m = c.has_min ? f16_to_f32(hm) : 0.0f;
     const float* w = &p.w.val[size_t(b * g)];
     for (int64_t e = 0; e < g; ++e) {
-      const float q =
-          std::fabs(d) < kTinyScale ? 0.0f : std::min(c.qmax, std::max(c.qmin, std::floor((w[e] - m) / d + 0.5f)));
+      const float q = code_of(c, w[e], d, m);
       if (p.dtype == DType::Q8) {
         reinterpret_cast<int8_t*>(blk + 2)[e] = int8_t(q);
       } else {
@@ -247,7 +257,7 @@ std::shared_ptr<std::vector<uint8_t>> pack(const Param& p) {
 void read_headers(Param& p, const uint8_t* data) {
   const Codes c = codes_of(p.dtype);
   const int64_t g = p.group, ng = p.numel() / g;
-  const int64_t gbytes = p.dtype == DType::Q8 ? 2 + g : q4_header_bytes(p.dtype) + g / 2;
+  const int64_t gbytes = group_bytes(p.dtype, g);
   std::vector<float> d(static_cast<size_t>(ng)), m(c.has_min ? static_cast<size_t>(ng) : 0);
   for (int64_t b = 0; b < ng; ++b) {
     uint16_t h;
@@ -385,13 +395,9 @@ double run_sequence(const Net& net, const std::vector<Param>& params, const floa
   // KL(teacher || softmax(z)) per position; its gradient is softmax(z) - p_teacher.
   double kl = 0.0;
   for (int64_t i = 0; i < n; ++i) {
-    float* z = &t.z[size_t(i * V)];
+    const float* z = &t.z[size_t(i * V)];
     const float* lt = teacher + i * V;
-    float mx = z[0];
-    for (int64_t e = 1; e < V; ++e) mx = std::max(mx, z[e]);
-    double sum = 0.0;
-    for (int64_t e = 0; e < V; ++e) sum += std::exp(double(z[e] - mx));
-    const double lse = double(mx) + std::log(sum);
+    const double lse = log_sum_exp(z, V);
     for (int64_t e = 0; e < V; ++e) {
       const double pt = std::exp(double(lt[e])), ls = double(z[e]) - lse;
       kl += pt * (double(lt[e]) - ls);
@@ -616,11 +622,7 @@ Distiller::Distiller(const ModelSource& teacher, const ModelSource& student,
       ref.run(sequences[si].data(), int64_t(sequences[si].size()), &logits);
       for (size_t i = 0; i < sequences[si].size(); ++i) {
         const float* z = &logits[i * size_t(V)];
-        float mx = z[0];
-        for (int64_t e = 1; e < V; ++e) mx = std::max(mx, z[e]);
-        double sum = 0.0;
-        for (int64_t e = 0; e < V; ++e) sum += std::exp(double(z[e] - mx));
-        const float lse = float(double(mx) + std::log(sum));
+        const float lse = float(log_sum_exp(z, V));
         for (int64_t e = 0; e < V; ++e) teacher_lp_[seq_off_[si] + i * size_t(V) + size_t(e)] = z[e] - lse;
       }
     }
