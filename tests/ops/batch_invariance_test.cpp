@@ -38,13 +38,15 @@ Weights make(llm::DType t, uint32_t group, int64_t rows, int64_t cols, std::mt19
 // itself), then restores the family that was chosen before.
 template <typename F>
 void for_each_isa(F f) {
-  const llm::cpu::Isa saved = llm::cpu::max_isa();
+  struct Restore {  // also when f throws
+    llm::cpu::Isa saved = llm::cpu::max_isa();
+    ~Restore() { llm::cpu::set_max_isa(saved); }
+  } restore;
   for (llm::cpu::Isa isa : {llm::cpu::Isa::Scalar, llm::cpu::Isa::Avx2, llm::cpu::Isa::Avx512}) {
     if (isa > llm::cpu::best_isa()) continue;
     llm::cpu::set_max_isa(isa);
     f(isa);
   }
-  llm::cpu::set_max_isa(saved);
 }
 
 }  // namespace
