@@ -6,7 +6,7 @@
 #include <functional>
 
 #include "backend/cpu/matmul.h"
-#include "backend/cpu/ops.h"
+#include "backend/cpu/forward.h"
 #include "core/error.h"
 
 namespace llm {
@@ -106,22 +106,6 @@ void Session::kv_row(int32_t layer, int kv, int32_t head, uint32_t slot, float* 
 
 // ---------------------------------------------------------------- forward
 
-void Session::ensure_scratch(int64_t n) {
-  if (n <= scratch_rows_) return;
-  const ModelConfig& c = model_.config();
-  const size_t q_dim = size_t(c.n_heads) * size_t(c.head_dim), kv_dim = size_t(c.n_kv_heads) * size_t(c.head_dim);
-  x_.resize(size_t(n) * size_t(c.dim));
-  xb_.resize(size_t(n) * size_t(c.dim));
-  q_.resize(size_t(n) * q_dim);
-  k_.resize(size_t(n) * kv_dim);
-  v_.resize(size_t(n) * kv_dim);
-  att_.resize(size_t(n) * q_dim);
-  hb_.resize(size_t(n) * size_t(c.hidden_dim));
-  hb2_.resize(size_t(n) * size_t(c.hidden_dim));
-  pos_.resize(size_t(n));
-  scratch_rows_ = n;
-}
-
 void Session::make_room(size_t m) {
   if (size_t(n_cached_) + m <= capacity_) return;
   if (!opts_.window)
@@ -183,12 +167,6 @@ void Session::forward(const int32_t* toks, size_t n, bool allow_cancel, size_t n
 }
 
 void Session::forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel) {
-  const ModelConfig& c = model_.config();
-  const kv::Geometry& g = pool_.geometry();
-  ThreadPool* pool = model_.pool();
-  const cpu::MatmulMode mode = model_.matmul_mode();
-  const int64_t dim = c.dim, hd = c.head_dim, hidden = c.hidden_dim;
-  const int64_t kv_dim = int64_t(c.n_kv_heads) * hd;
   const uint32_t p0 = n_cached_;
   LLM_CHECK(size_t(p0) + size_t(n) <= capacity_, LLM_ERR_CONTEXT_FULL, "context full");
   if (gpu()) {
@@ -207,103 +185,24 @@ void Session::forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel) {
     return;
   }
 
-  ensure_scratch(n);
   const size_t pages_before = pages_.size();
   reserve_slots(p0, p0 + uint32_t(n));
-  auto rollback = [&] {
-    while (pages_.size() > pages_before) {
+  cpu::ForwardArgs a;
+  a.tokens = toks;
+  a.n = n;
+  a.p0 = p0;
+  a.pages = pages_.data();
+  a.logits = logits_.data();
+  if (allow_cancel && opts_.cancel) a.cancel = [this] { return opts_.cancel(opts_.cancel_user) != 0; };
+  try {
+    cpu::forward(model_, a, scratch_);
+  } catch (...) {
+    while (pages_.size() > pages_before) {  // pages taken for this chunk go back
       pool_.release(pages_.back());
       pages_.pop_back();
     }
-  };
-
-  float* x = x_.data();  // [n, dim] residual stream
-  float* xb = xb_.data();
-  const int64_t q_dim = int64_t(c.n_heads) * hd;
-  // The element-wise steps between the matmuls, split by rows over the pool
-  // in prefill (serial, they held the other threads idle for ~3% of an f16
-  // pp512). Every row is computed by the same code whatever the split, so
-  // results do not depend on the thread count.
-  auto for_rows = [&](int64_t rows, auto&& fn) {
-    if (pool != nullptr && pool->size() > 1 && rows >= 2 * pool->size()) {
-      pool->parallel([&](int ith, int nth) {
-        int64_t r0, r1;
-        ThreadPool::split(rows, ith, nth, &r0, &r1);
-        if (r0 < r1) fn(r0, r1);
-      });
-    } else {
-      fn(0, rows);
-    }
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    cpu::dequantize_row(model_.tok_embd(), toks[i], x + i * dim);
-    pos_[size_t(i)] = int32_t(p0 + uint32_t(i));
+    throw;
   }
-
-  const kv::Page* const* pages = pages_.data();
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    if (allow_cancel && opts_.cancel && opts_.cancel(opts_.cancel_user)) {
-      rollback();
-      fail(LLM_ERR_CANCELLED, "prefill cancelled");
-    }
-    const LayerWeights& w = model_.layers()[size_t(l)];
-    // --- attention
-    for_rows(n, [&](int64_t r0, int64_t r1) {
-      if (l > 0) {  // the previous layer's feed-forward residual, fused with this norm
-        for (int64_t i = r0 * dim; i < r1 * dim; ++i) x[i] += xb[i];
-      }
-      cpu::rmsnorm(xb + r0 * dim, x + r0 * dim, w.attn_norm, r1 - r0, dim, c.norm_eps);
-    });
-    {  // q: [n, q_dim], k and v: [n, kv_dim]
-      const cpu::WeightView qkv[3] = {w.wq, w.wk, w.wv};
-      float* const out[3] = {q_.data(), k_.data(), v_.data()};
-      cpu::matmul_many(qkv, out, 3, xb, n, pool, mode);
-    }
-    for_rows(n, [&](int64_t r0, int64_t r1) {
-      cpu::rope(q_.data() + r0 * q_dim, r1 - r0, c.n_heads, c.head_dim, pos_.data() + r0, c.rope_theta);
-      cpu::rope(k_.data() + r0 * kv_dim, r1 - r0, c.n_kv_heads, c.head_dim, pos_.data() + r0, c.rope_theta);
-      for (int64_t i = r0; i < r1; ++i) {  // each row its own slot: no two threads write the same bytes
-        const uint32_t p = p0 + uint32_t(i);
-        kv::Page* page = pages_[p / uint32_t(g.page_tokens)];
-        const int32_t slot = int32_t(p % uint32_t(g.page_tokens));
-        for (int32_t h = 0; h < c.n_kv_heads; ++h) {
-          kv::store_row(g, page, l, 0, h, slot, k_.data() + i * kv_dim + h * hd);
-          kv::store_row(g, page, l, 1, h, slot, v_.data() + i * kv_dim + h * hd);
-        }
-      }
-    });
-    cpu::AttentionArgs a;
-    a.geom = &g;
-    a.pages = pages;
-    a.layer = l;
-    a.n_heads = c.n_heads;
-    a.q = q_.data();
-    a.n = n;
-    a.p0 = p0;
-    a.out = att_.data();
-    cpu::attention(a, att_scratch_, pool);
-    cpu::matmul(w.wo, att_.data(), n, xb, pool, mode);
-    // --- feed-forward (SwiGLU)
-    for_rows(n, [&](int64_t r0, int64_t r1) {
-      for (int64_t i = r0 * dim; i < r1 * dim; ++i) x[i] += xb[i];
-      cpu::rmsnorm(xb + r0 * dim, x + r0 * dim, w.ffn_norm, r1 - r0, dim, c.norm_eps);
-    });
-    {
-      const cpu::WeightView gate_up[2] = {w.w_gate, w.w_up};
-      float* const out[2] = {hb_.data(), hb2_.data()};
-      cpu::matmul_many(gate_up, out, 2, xb, n, pool, mode);
-    }
-    for_rows(n, [&](int64_t r0, int64_t r1) {
-      cpu::silu_mul(hb_.data() + r0 * hidden, hb2_.data() + r0 * hidden, (r1 - r0) * hidden);
-    });
-    cpu::matmul(w.w_down, hb_.data(), n, xb, pool, mode);
-  }
-  // Logits of the last row only, so only that row takes the last layer's
-  // feed-forward residual (the others' is fused into a next layer's norm).
-  float* last = x + (n - 1) * dim;
-  for (int64_t i = 0; i < dim; ++i) last[i] += xb[(n - 1) * dim + i];
-  cpu::rmsnorm(xb, last, model_.output_norm(), 1, dim, c.norm_eps);
-  cpu::matmul(model_.output(), xb, 1, logits_.data(), pool, mode);
   n_cached_ = p0 + uint32_t(n);
   logits_valid_ = true;
 }
@@ -442,7 +341,6 @@ void Session::evict_cached(uint32_t n_keep, uint32_t n_discard) {
   const uint32_t first_moved = n_keep + n_discard;
   // Every page that receives a moved row must be private.
   for (size_t i = n_keep / pt; i < (size_t(n_cached_ - n_discard) + pt - 1) / pt; ++i) make_private(i);
-  const ModelConfig& c = model_.config();
   std::vector<float> row(size_t(g.head_dim));
   const size_t rb = kv::row_bytes(opts_.kv_type, g.head_dim);
   for (uint32_t src = first_moved; src < n_cached_; ++src) {
@@ -453,7 +351,7 @@ void Session::evict_cached(uint32_t n_keep, uint32_t n_discard) {
     for (int32_t l = 0; l < g.n_layers; ++l) {
       for (int32_t h = 0; h < g.n_kv_heads; ++h) {
         kv::load_row(g, ps, l, 0, h, ss, row.data());
-        cpu::rope_head(row.data(), g.head_dim, -int64_t(n_discard), c.rope_theta);
+        cpu::rerotate_key(model_, l, row.data(), -int64_t(n_discard));
         kv::store_row(g, pd, l, 0, h, sd, row.data());
         std::memcpy(kv::row_ptr(g, pd, l, 1, h, sd), kv::row_ptr(g, ps, l, 1, h, ss), rb);
         if (kv::has_scales(opts_.kv_type))

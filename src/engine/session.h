@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/forward.h"
 #include "core/alloc.h"
 #include "kv/kv_cache.h"
 #include "llm.h"
@@ -81,7 +82,6 @@ class Session {
   void shrink_pages();
   void evict_cached(uint32_t n_keep, uint32_t n_discard);
   void ensure_logits();
-  void ensure_scratch(int64_t n);
 
   // On a CUDA model (and a kv_type the device holds) the cache lives on the
   // device: seq_ replaces pages_, and n_cached_ == seq_->length().
@@ -99,12 +99,8 @@ class Session {
   bool logits_valid_ = false;
   bool sampled_since_prefill_ = false;
 
-  // scratch, grown on demand, never per token
-  int64_t scratch_rows_ = 0;
-  Buffer<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
+  cpu::ForwardScratch scratch_;  // grown on demand, never per token
   std::vector<float> logits_;
-  std::vector<int32_t> pos_;
-  std::vector<std::vector<float>> att_scratch_;
   Sampler sampler_;
   Rng rng_;
   uint64_t rng_seed_ = 0;

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "model/family.h"
 #include "quant/ggml_quants.h"
 #include "quant/quant.h"
 
@@ -417,6 +418,7 @@ VocabData read_vocab(const GgufFile& g, const Logger* log) {
   vd.unk = special("tokenizer.ggml.unknown_token_id");
   vd.pad = special("tokenizer.ggml.padding_token_id");
   vd.eot = special("tokenizer.ggml.eot_token_id");
+  vd.eom = special("tokenizer.ggml.eom_token_id");
 
   // Defaults follow llama.cpp: SentencePiece models add BOS and a dummy
   // space prefix; byte-level BPE does neither unless the file says so.
@@ -449,10 +451,44 @@ DType convert_target(GgmlType t, int64_t cols, uint32_t* group) {
   }
 }
 
-struct Expected {
-  std::string name;
-  std::vector<int64_t> shape;
-  bool optional;
+
+// The family files' view of a GGUF's metadata: "<arch>.<key>".
+class GgufHParams final : public HParams {
+ public:
+  GgufHParams(const GgufFile& g, std::string arch) : g_(g), arch_(std::move(arch)) {}
+  bool has(const std::string& key) const override { return g_.get(full(key)) != nullptr; }
+  int64_t integer(const std::string& key, int64_t lo, int64_t hi, bool required, int64_t def) const override {
+    return get_int(g_, full(key), lo, hi, required, def);
+  }
+  double number(const std::string& key, bool required, double def) const override {
+    return get_float(g_, full(key), required, def);
+  }
+  std::vector<int64_t> integers(const std::string& key) const override {
+    const std::string k = full(key);
+    const GgufValue* v = g_.get(k);
+    std::vector<int64_t> out;
+    if (!v) return out;
+    if (v->kind != GgufValue::ARRAY) {
+      LLM_CHECK(is_int(*v) || is_bool(*v), LLM_ERR_FORMAT, "gguf: '%s' should be an integer or an array", k.c_str());
+      out.push_back(is_bool(*v) ? int64_t(v->u != 0) : v->as_int());
+      return out;
+    }
+    for (const GgufValue& e : v->arr) {
+      LLM_CHECK(is_int(e) || is_bool(e), LLM_ERR_FORMAT, "gguf: '%s' should hold integers or bools", k.c_str());
+      out.push_back(is_bool(e) ? int64_t(e.u != 0) : e.as_int());
+    }
+    return out;
+  }
+  std::string text(const std::string& key) const override {
+    const GgufValue* v = find_kind(g_, full(key), is_string, "a string");
+    return v ? v->s : std::string();
+  }
+  const std::string& arch() const override { return arch_; }
+
+ private:
+  std::string full(const std::string& key) const { return arch_ + "." + key; }
+  const GgufFile& g_;
+  std::string arch_;
 };
 
 }  // namespace
@@ -478,89 +514,26 @@ ModelSource gguf_to_model_source(const GgufFile& gguf, std::shared_ptr<MappedFil
     return src;
   }
   LLM_CHECK(arch_v != nullptr, LLM_ERR_FORMAT, "gguf: missing 'general.architecture'");
-  LLM_CHECK(arch == "llama", LLM_ERR_UNSUPPORTED, "gguf: architecture '%s' is not supported (llama)", arch.c_str());
-
-  constexpr int64_t kMaxI32 = std::numeric_limits<int32_t>::max();
-  c.arch = arch;
-  c.dim = int32_t(get_int(gguf, "llama.embedding_length", 1, kMaxI32, true, 0));
-  c.hidden_dim = int32_t(get_int(gguf, "llama.feed_forward_length", 1, kMaxI32, true, 0));
-  c.n_layers = int32_t(get_int(gguf, "llama.block_count", 1, 1 << 16, true, 0));
-  c.n_heads = int32_t(get_int(gguf, "llama.attention.head_count", 1, c.dim, true, 0));
-  c.n_kv_heads = int32_t(get_int(gguf, "llama.attention.head_count_kv", 1, c.n_heads, false, c.n_heads));
-  LLM_CHECK(c.n_heads % c.n_kv_heads == 0, LLM_ERR_FORMAT, "gguf: %d heads are not a multiple of %d kv heads",
-            c.n_heads, c.n_kv_heads);
-  c.seq_len = int32_t(get_int(gguf, "llama.context_length", 1, kMaxI32, false, 2048));
-  c.rope_theta = float(get_float(gguf, "llama.rope.freq_base", false, 10000.0));
-  c.norm_eps = float(get_float(gguf, "llama.attention.layer_norm_rms_epsilon", false, 1e-5));
-  LLM_CHECK(c.rope_theta > 0 && c.norm_eps > 0, LLM_ERR_FORMAT, "gguf: rope base and rms epsilon must be positive");
-  LLM_CHECK(c.dim % c.n_heads == 0, LLM_ERR_FORMAT, "gguf: dim %d is not a multiple of %d heads", c.dim, c.n_heads);
-  const int64_t head_dim = get_int(gguf, "llama.attention.key_length", 1, kMaxI32, false, c.dim / c.n_heads);
-  const int64_t v_len = get_int(gguf, "llama.attention.value_length", 1, kMaxI32, false, head_dim);
-  LLM_CHECK(v_len == head_dim, LLM_ERR_UNSUPPORTED, "gguf: key length %lld != value length %lld",
-            (long long)head_dim, (long long)v_len);
-  LLM_CHECK(head_dim % 2 == 0, LLM_ERR_FORMAT, "gguf: head_dim %lld is odd", (long long)head_dim);
-  c.head_dim = int32_t(head_dim);
-  const int64_t n_rot = get_int(gguf, "llama.rope.dimension_count", 1, kMaxI32, false, head_dim);
-  LLM_CHECK(n_rot == head_dim, LLM_ERR_UNSUPPORTED, "gguf: partial rotary embedding (%lld of %lld) is not supported",
-            (long long)n_rot, (long long)head_dim);
-  if (const GgufValue* vs = gguf.get("llama.vocab_size")) {
+  const Family* family = find_family(arch);
+  LLM_CHECK(family != nullptr, LLM_ERR_UNSUPPORTED, "gguf: architecture '%s' is not supported (%s)", arch.c_str(),
+            family_names().c_str());
+  family->configure(GgufHParams(gguf, arch), c);
+  if (const GgufValue* vs = gguf.get(arch + ".vocab_size")) {
     LLM_CHECK(is_int(*vs) && vs->as_int() == vocab_size, LLM_ERR_FORMAT,
-              "gguf: llama.vocab_size disagrees with the %lld tokens", (long long)vocab_size);
+              "gguf: %s.vocab_size disagrees with the %lld tokens", arch.c_str(), (long long)vocab_size);
   }
 
-  // Expected tensors, shapes outermost first.
-  const int64_t dim = c.dim, hid = c.hidden_dim, q_dim = int64_t(c.n_heads) * head_dim,
-                kv_dim = int64_t(c.n_kv_heads) * head_dim;
-  std::vector<Expected> want = {
-      {"token_embd.weight", {vocab_size, dim}, false},
-      {"output_norm.weight", {dim}, false},
-      {"output.weight", {vocab_size, dim}, true},
-  };
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    want.push_back({b + "attn_norm.weight", {dim}, false});
-    want.push_back({b + "attn_q.weight", {q_dim, dim}, false});
-    want.push_back({b + "attn_k.weight", {kv_dim, dim}, false});
-    want.push_back({b + "attn_v.weight", {kv_dim, dim}, false});
-    want.push_back({b + "attn_output.weight", {dim, q_dim}, false});
-    want.push_back({b + "ffn_norm.weight", {dim}, false});
-    want.push_back({b + "ffn_gate.weight", {hid, dim}, false});
-    want.push_back({b + "ffn_up.weight", {hid, dim}, false});
-    want.push_back({b + "ffn_down.weight", {dim, hid}, false});
-  }
-
+  // Every tensor is passed on; the model builder checks names and shapes
+  // against the spec and refuses any tensor it would not use.
   std::unique_ptr<ThreadPool> pool;  // made only when a tensor needs converting
-  std::map<std::string, const GgufTensorInfo*> by_name;
-  for (const auto& t : gguf.tensors) by_name[t.name] = &t;
-  if (log && by_name.size() > want.size()) {
-    std::set<std::string> known;
-    for (const auto& w : want) known.insert(w.name);
-    for (const auto& t : gguf.tensors)
-      if (!known.count(t.name)) log->log(LLM_LOG_WARN, "gguf: ignoring tensor '%s'", t.name.c_str());
-  }
-
-  for (const auto& w : want) {
-    auto it = by_name.find(w.name);
-    if (it == by_name.end()) {
-      LLM_CHECK(w.optional, LLM_ERR_FORMAT, "gguf: missing tensor '%s'", w.name.c_str());
-      continue;
-    }
-    const GgufTensorInfo& ti = *it->second;
-    LLM_CHECK(ti.data != nullptr, LLM_ERR_FORMAT, "gguf: tensor '%s' has no data", w.name.c_str());
-    // ggml ne is innermost first; drop trailing 1s past the expected rank, then reverse.
+  for (const GgufTensorInfo& ti : gguf.tensors) {
+    LLM_CHECK(ti.data != nullptr, LLM_ERR_FORMAT, "gguf: tensor '%s' has no data", ti.name.c_str());
+    // ggml ne is innermost first; drop trailing 1s, then reverse.
     std::vector<int64_t> ne = ti.ne;
-    while (ne.size() > w.shape.size() && ne.back() == 1) ne.pop_back();
-    std::vector<int64_t> shape(ne.rbegin(), ne.rend());
-    if (shape != w.shape) {
-      std::string got, exp;
-      for (int64_t d : shape) got += (got.empty() ? "" : ",") + std::to_string(d);
-      for (int64_t d : w.shape) exp += (exp.empty() ? "" : ",") + std::to_string(d);
-      fail(LLM_ERR_FORMAT, "gguf: tensor '%s' has shape [%s], expected [%s]", w.name.c_str(), got.c_str(), exp.c_str());
-    }
-
+    while (ne.size() > 1 && ne.back() == 1) ne.pop_back();
     TensorData td;
-    td.name = w.name;
-    td.shape = shape;
+    td.name = ti.name;
+    td.shape.assign(ne.rbegin(), ne.rend());
     switch (ti.type) {
       case GgmlType::F32: td.dtype = DType::F32; break;
       case GgmlType::F16: td.dtype = DType::F16; break;
@@ -575,9 +548,9 @@ ModelSource gguf_to_model_source(const GgufFile& gguf, std::shared_ptr<MappedFil
         const DType target = convert_target(ti.type, cols, &group);
         const size_t row_bytes = dtype_row_bytes(target, cols, group);
         const size_t src_row = ggml_type_size(ti.type, cols);
-        LLM_CHECK(row_bytes != 0 && src_row != 0, LLM_ERR_INTERNAL, "gguf: cannot convert '%s'", w.name.c_str());
+        LLM_CHECK(row_bytes != 0 && src_row != 0, LLM_ERR_INTERNAL, "gguf: cannot convert '%s'", ti.name.c_str());
         LLM_CHECK(uint64_t(rows) <= std::numeric_limits<size_t>::max() / row_bytes, LLM_ERR_FORMAT,
-                  "gguf: tensor '%s' too large", w.name.c_str());
+                  "gguf: tensor '%s' too large", ti.name.c_str());
         auto owned = std::make_shared<std::vector<uint8_t>>(size_t(rows) * row_bytes);
         // Rows are independent; the arguments were validated above, so
         // neither call can throw inside a worker.
@@ -595,8 +568,8 @@ ModelSource gguf_to_model_source(const GgufFile& gguf, std::shared_ptr<MappedFil
           }
         });
         if (log)
-          log->log(LLM_LOG_WARN, "gguf: tensor '%s' is %s; converted to %s%s", w.name.c_str(), ggml_type_name(ti.type),
-                   dtype_name(target), group ? " (group 32)" : "");
+          log->log(LLM_LOG_WARN, "gguf: tensor '%s' is %s; converted to %s%s", ti.name.c_str(),
+                   ggml_type_name(ti.type), dtype_name(target), group ? " (group 32)" : "");
         td.dtype = target;
         td.group = group;
         td.data = owned->data();
@@ -610,9 +583,10 @@ ModelSource gguf_to_model_source(const GgufFile& gguf, std::shared_ptr<MappedFil
     td.nbytes = ti.nbytes;
     LLM_CHECK(td.nbytes == size_t(td.rows()) * dtype_row_bytes(td.dtype, td.cols(), td.group) ||
                   (td.shape.size() == 1 && td.nbytes == dtype_row_bytes(td.dtype, td.cols(), td.group)),
-              LLM_ERR_INTERNAL, "gguf: size mismatch for '%s'", w.name.c_str());
+              LLM_ERR_FORMAT, "gguf: size mismatch for '%s'", ti.name.c_str());
     src.tensors.push_back(std::move(td));
   }
+  c.spec.rope_factors = src.find("rope_freqs.weight") != nullptr;
   return src;
 }
 

@@ -245,6 +245,25 @@ std::vector<uint8_t> encode_metadata(const ModelConfig& c, const VocabData& v,
   e.i64("config.seq_len", c.seq_len);
   e.f64("config.rope_theta", c.rope_theta);
   e.f64("config.norm_eps", c.norm_eps);
+  // The block spec (model/family.h). Readers before these keys existed refuse
+  // every family but llama by config.arch; a llama with a non-default spec
+  // (RoPE factors, biases) is refused by its extra tensors there.
+  const BlockSpec& b = c.spec;
+  e.i64("spec.rope_kind", int64_t(b.rope_kind));
+  e.i64("spec.rope_dims", b.rope_dims);
+  e.f64("spec.rope_base_local", b.rope_base_local);
+  e.f64("spec.rope_freq_scale", b.rope_freq_scale);
+  e.f64("spec.rope_freq_scale_local", b.rope_freq_scale_local);
+  e.i64("spec.rope_factors", b.rope_factors ? 1 : 0);
+  e.f64("spec.attn_scale", b.attn_scale);
+  e.f64("spec.attn_softcap", b.attn_softcap);
+  e.f64("spec.final_softcap", b.final_softcap);
+  e.i64("spec.act", int64_t(b.act));
+  e.f64("spec.embed_scale", b.embed_scale);
+  e.f64("spec.norm_offset", b.norm_offset);
+  e.i64("spec.qk_norm", b.qk_norm ? 1 : 0);
+  e.i64("spec.post_norms", b.post_norms ? 1 : 0);
+  e.i32s("spec.window", b.window);
   e.str("vocab.model", v.model);
   e.str("vocab.pre", v.pre);
   e.strs("vocab.tokens", v.tokens);
@@ -256,6 +275,7 @@ std::vector<uint8_t> encode_metadata(const ModelConfig& c, const VocabData& v,
   e.i64("vocab.unk", v.unk);
   e.i64("vocab.pad", v.pad);
   e.i64("vocab.eot", v.eot);
+  e.i64("vocab.eom", v.eom);
   e.i64("vocab.add_bos", v.add_bos ? 1 : 0);
   e.i64("vocab.add_space_prefix", v.add_space_prefix ? 1 : 0);
   for (const auto& kv : meta) e.str("meta." + kv.first, kv.second);
@@ -347,6 +367,25 @@ void decode_metadata(const uint8_t* data, size_t size, ModelSource* src) {
     else if (key == "config.seq_len") c.seq_len = get_i32(0);
     else if (key == "config.rope_theta") c.rope_theta = get_f32();
     else if (key == "config.norm_eps") c.norm_eps = get_f32();
+    else if (key == "spec.rope_kind") c.spec.rope_kind = RopeKind(get_i32(0));
+    else if (key == "spec.rope_dims") c.spec.rope_dims = get_i32(0);
+    else if (key == "spec.rope_base_local") c.spec.rope_base_local = get_f32();
+    else if (key == "spec.rope_freq_scale") c.spec.rope_freq_scale = get_f32();
+    else if (key == "spec.rope_freq_scale_local") c.spec.rope_freq_scale_local = get_f32();
+    else if (key == "spec.rope_factors") c.spec.rope_factors = get_i64() != 0;
+    else if (key == "spec.attn_scale") c.spec.attn_scale = get_f32();
+    else if (key == "spec.attn_softcap") c.spec.attn_softcap = get_f32();
+    else if (key == "spec.final_softcap") c.spec.final_softcap = get_f32();
+    else if (key == "spec.act") c.spec.act = Activation(get_i32(0));
+    else if (key == "spec.embed_scale") c.spec.embed_scale = get_f32();
+    else if (key == "spec.norm_offset") c.spec.norm_offset = get_f32();
+    else if (key == "spec.qk_norm") c.spec.qk_norm = get_i64() != 0;
+    else if (key == "spec.post_norms") c.spec.post_norms = get_i64() != 0;
+    else if (key == "spec.window") {
+      const uint64_t count = get_arr32(kMetaI32Array);
+      c.spec.window.resize(size_t(count));
+      if (count) std::memcpy(c.spec.window.data(), p.take(count * 4), size_t(count) * 4);
+    }
     else if (key == "vocab.model") v.model = get_str();
     else if (key == "vocab.pre") v.pre = get_str();
     else if (key == "vocab.tokens") v.tokens = get_strs();
@@ -365,6 +404,7 @@ void decode_metadata(const uint8_t* data, size_t size, ModelSource* src) {
     else if (key == "vocab.unk") v.unk = get_i32(-1);
     else if (key == "vocab.pad") v.pad = get_i32(-1);
     else if (key == "vocab.eot") v.eot = get_i32(-1);
+    else if (key == "vocab.eom") v.eom = get_i32(-1);
     else if (key == "vocab.add_bos") v.add_bos = get_i64() != 0;
     else if (key == "vocab.add_space_prefix") v.add_space_prefix = get_i64() != 0;
     // Anything else: a key from a later writer; ignored.
@@ -380,7 +420,7 @@ void decode_metadata(const uint8_t* data, size_t size, ModelSource* src) {
             ".llm metadata: %zu scores for %zu tokens", v.scores.size(), nt);
   LLM_CHECK(v.types.empty() || v.types.size() == nt, LLM_ERR_FORMAT, ".llm metadata: %zu token types for %zu tokens",
             v.types.size(), nt);
-  for (int32_t id : {v.bos, v.eos, v.unk, v.pad, v.eot})
+  for (int32_t id : {v.bos, v.eos, v.unk, v.pad, v.eot, v.eom})
     LLM_CHECK(id < 0 || size_t(id) < nt, LLM_ERR_FORMAT, ".llm metadata: special token id %d outside the vocab (%zu)",
               id, nt);
 }

@@ -14,9 +14,17 @@
 //   blk.{i}.ffn_gate.weight      [hidden_dim, dim]       (w1)
 //   blk.{i}.ffn_up.weight        [hidden_dim, dim]       (w3)
 //   blk.{i}.ffn_down.weight      [dim, hidden_dim]       (w2)
+// and, where the family's spec (model/family.h) uses them:
+//   rope_freqs.weight            [rope_dims / 2]         (Llama 3 frequency divisors)
+//   blk.{i}.attn_{q,k,v,output}.bias                     (optional biases, e.g. Qwen 2)
+//   blk.{i}.attn_qkv.weight      [q_dim + 2 kv_dim, dim] (fused q/k/v, split at load)
+//   blk.{i}.ffn_up.weight        [2 hidden_dim, dim]     (with no ffn_gate: gate rows, then up rows)
+//   blk.{i}.attn_q_norm.weight, attn_k_norm.weight [head_dim]   (QK-norm)
+//   blk.{i}.post_attention_norm.weight, post_ffw_norm.weight [dim]  (post-norms)
 // Shapes are outermost first (row-major): a matrix is [rows = out, cols = in].
-// RoPE rotates adjacent pairs (2j, 2j+1) within each head (GGUF/llama2.c
-// layout; Hugging Face Q/K weights are permuted into it by the converter).
+// RoPE pairs dimensions as config.spec.rope_kind says: adjacent pairs for
+// GGUF llama / llama2.c (Hugging Face Q/K weights are permuted into that
+// layout by the converter), halves (NeoX) for Qwen, Gemma and Phi-3.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +34,7 @@
 #include <vector>
 
 #include "core/mapped_file.h"
+#include "model/family.h"
 #include "quant/dtype.h"
 
 namespace llm {
@@ -42,6 +51,7 @@ struct ModelConfig {
   int32_t seq_len = 0;   // trained context length
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
+  BlockSpec spec;        // what the family changes in the block (model/family.h)
 };
 
 // Token types as in GGUF tokenizer.ggml.token_type.
@@ -54,7 +64,7 @@ struct VocabData {
   std::vector<float> scores;        // SPM merge scores (may be empty for gpt2)
   std::vector<int32_t> types;       // TokenType per token (may be empty: all Normal)
   std::vector<std::string> merges;  // gpt2: "a b" per line, rank = index
-  int32_t bos = -1, eos = -1, unk = -1, pad = -1, eot = -1;
+  int32_t bos = -1, eos = -1, unk = -1, pad = -1, eot = -1, eom = -1;
   bool add_bos = true;
   bool add_space_prefix = true;     // SPM dummy prefix
 };

@@ -12,6 +12,7 @@
 #include "core/half.h"
 #include "format/gguf.h"
 #include "format/llm_file.h"
+#include "model/family.h"
 #include "quant/quant.h"
 
 namespace llm {
@@ -55,23 +56,29 @@ std::unique_ptr<Model> Model::from_source(ModelSource src, const LoadOptions& op
   return m;
 }
 
-const float* Model::f32_vector(const std::string& name, int64_t n) {
+const float* Model::f32_vector(const std::string& name, int64_t n, float offset) {
   const TensorData* t = src_.find(name);
   LLM_CHECK(t, LLM_ERR_FORMAT, "missing tensor '%s'", name.c_str());
   LLM_CHECK(t->numel() == n && t->shape.size() == 1, LLM_ERR_FORMAT, "tensor '%s' has %lld values, expected %lld",
             name.c_str(), (long long)t->numel(), (long long)n);
+  used_.insert(name);
   n_params_ += uint64_t(n);
-  if (t->dtype == DType::F32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) {
+  weight_bytes_ += uint64_t(n) * 4;
+  if (offset == 0.0f && t->dtype == DType::F32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) {
     LLM_CHECK(t->nbytes >= size_t(n) * 4, LLM_ERR_FORMAT, "tensor '%s' is truncated", name.c_str());
-    weight_bytes_ += uint64_t(n) * 4;
     return reinterpret_cast<const float*>(t->data);
   }
   const size_t rb = dtype_row_bytes(t->dtype, n, t->group);
   LLM_CHECK(rb != 0 && t->nbytes >= rb, LLM_ERR_FORMAT, "tensor '%s' has a bad size", name.c_str());
   converted_.emplace_back(size_t(n));
-  dequantize_row(t->dtype, t->group, t->data, converted_.back().data(), n);
-  weight_bytes_ += uint64_t(n) * 4;
-  return converted_.back().data();
+  float* v = converted_.back().data();
+  dequantize_row(t->dtype, t->group, t->data, v, n);
+  for (int64_t i = 0; i < n; ++i) v[i] += offset;
+  return v;
+}
+
+const float* Model::optional_vector(const std::string& name, int64_t n) {
+  return src_.find(name) ? f32_vector(name, n) : nullptr;
 }
 
 cpu::WeightView Model::matrix(const std::string& name, int64_t rows, int64_t cols) {
@@ -91,9 +98,114 @@ cpu::WeightView Model::matrix(const std::string& name, int64_t rows, int64_t col
   LLM_CHECK(w.row_bytes != 0, LLM_ERR_FORMAT, "tensor '%s': %s with group %u cannot hold rows of %lld", name.c_str(),
             dtype_name(t->dtype), t->group, (long long)cols);
   LLM_CHECK(t->nbytes >= w.row_bytes * size_t(rows), LLM_ERR_FORMAT, "tensor '%s' is truncated", name.c_str());
+  used_.insert(name);
   n_params_ += uint64_t(rows) * uint64_t(cols);
   weight_bytes_ += uint64_t(w.row_bytes) * uint64_t(rows);
   return w;
+}
+
+cpu::WeightView Model::matrix_rows(const std::string& name, int64_t total_rows, int64_t cols, int64_t first,
+                                   int64_t rows) {
+  cpu::WeightView w = matrix(name, total_rows, cols);
+  // matrix() counted the whole tensor; each part counts only itself.
+  n_params_ -= uint64_t(total_rows - rows) * uint64_t(cols);
+  weight_bytes_ -= uint64_t(w.row_bytes) * uint64_t(total_rows - rows);
+  w.data += size_t(first) * w.row_bytes;
+  w.rows = rows;
+  return w;
+}
+
+// Frequencies of the RoPE pairs: inv_freq[j] = scale / (base^(2j / rope_dims) * factor[j]),
+// with exactly the float expressions of cpu::rope (so a plain Llama's angles
+// do not change with this table).
+static std::vector<float> rope_inv_freq(int32_t rope_dims, float base, float scale, const float* factors) {
+  std::vector<float> f(size_t(rope_dims / 2));
+  for (int32_t j = 0; j < rope_dims / 2; ++j) {
+    float v = 1.0f / std::pow(base, float(2 * j) / float(rope_dims));
+    if (factors) v /= factors[j];
+    f[size_t(j)] = v * scale;
+  }
+  return f;
+}
+
+void Model::build_rope() {
+  const ModelConfig& c = src_.config;
+  const BlockSpec& s = c.spec;
+  const int32_t rd = s.rope_dims;
+  const float* factors = nullptr;
+  if (s.rope_factors) {
+    factors = f32_vector("rope_freqs.weight", rd / 2);
+    for (int32_t j = 0; j < rd / 2; ++j)
+      LLM_CHECK(std::isfinite(factors[j]) && factors[j] > 0.0f, LLM_ERR_FORMAT,
+                "tensor 'rope_freqs.weight' holds %g at %d (factors must be finite and positive)", double(factors[j]),
+                j);
+  }
+  for (const char* longrope : {"rope_factors_long.weight", "rope_factors_short.weight"})
+    LLM_CHECK(!src_.find(longrope), LLM_ERR_UNSUPPORTED, "tensor '%s': LongRoPE scaling is not supported", longrope);
+  inv_freq_global_ = rope_inv_freq(rd, c.rope_theta, s.rope_freq_scale, factors);
+  const float base_local = s.rope_base_local > 0 ? s.rope_base_local : c.rope_theta;
+  const float scale_local = s.rope_freq_scale_local > 0 ? s.rope_freq_scale_local : s.rope_freq_scale;
+  inv_freq_local_ = rope_inv_freq(rd, base_local, scale_local, factors);
+}
+
+void Model::build_layer(int32_t i) {
+  const ModelConfig& c = src_.config;
+  const BlockSpec& s = c.spec;
+  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+  const std::string p = "blk." + std::to_string(i) + ".";
+  LayerWeights& l = layers_[size_t(i)];
+  l.attn_norm = norm_vector(p + "attn_norm.weight", c.dim);
+  if (src_.find(p + "attn_qkv.weight")) {  // fused (Phi-3): q rows, then k, then v
+    const int64_t all = q_dim + 2 * kv_dim;
+    l.wq = matrix_rows(p + "attn_qkv.weight", all, c.dim, 0, q_dim);
+    l.wk = matrix_rows(p + "attn_qkv.weight", all, c.dim, q_dim, kv_dim);
+    l.wv = matrix_rows(p + "attn_qkv.weight", all, c.dim, q_dim + kv_dim, kv_dim);
+  } else {
+    l.wq = matrix(p + "attn_q.weight", q_dim, c.dim);
+    l.wk = matrix(p + "attn_k.weight", kv_dim, c.dim);
+    l.wv = matrix(p + "attn_v.weight", kv_dim, c.dim);
+  }
+  l.wo = matrix(p + "attn_output.weight", c.dim, q_dim);
+  l.bq = optional_vector(p + "attn_q.bias", q_dim);
+  l.bk = optional_vector(p + "attn_k.bias", kv_dim);
+  l.bv = optional_vector(p + "attn_v.bias", kv_dim);
+  l.bo = optional_vector(p + "attn_output.bias", c.dim);
+  if (s.qk_norm) {
+    l.q_norm = norm_vector(p + "attn_q_norm.weight", c.head_dim);
+    l.k_norm = norm_vector(p + "attn_k_norm.weight", c.head_dim);
+  }
+  if (s.post_norms) {
+    l.post_attn_norm = norm_vector(p + "post_attention_norm.weight", c.dim);
+    l.post_ffn_norm = norm_vector(p + "post_ffw_norm.weight", c.dim);
+  }
+  l.ffn_norm = norm_vector(p + "ffn_norm.weight", c.dim);
+  if (src_.find(p + "ffn_gate.weight")) {
+    l.w_gate = matrix(p + "ffn_gate.weight", c.hidden_dim, c.dim);
+    l.w_up = matrix(p + "ffn_up.weight", c.hidden_dim, c.dim);
+  } else {  // fused (Phi-3): gate rows, then up rows
+    l.w_gate = matrix_rows(p + "ffn_up.weight", 2 * int64_t(c.hidden_dim), c.dim, 0, c.hidden_dim);
+    l.w_up = matrix_rows(p + "ffn_up.weight", 2 * int64_t(c.hidden_dim), c.dim, c.hidden_dim, c.hidden_dim);
+  }
+  l.w_down = matrix(p + "ffn_down.weight", c.dim, c.hidden_dim);
+  l.window = s.windowed(i) ? s.window[size_t(i)] : 0;
+  l.inv_freq = l.window ? inv_freq_local_.data() : inv_freq_global_.data();
+}
+
+// What the CUDA backend's forward does not implement yet (empty: runs there).
+static std::string cuda_limit_of(const ModelConfig& c, const std::vector<LayerWeights>& layers) {
+  const BlockSpec& s = c.spec;
+  if (s.rope_kind != RopeKind::Interleaved) return "NeoX RoPE";
+  if (s.rope_dims != c.head_dim) return "partial rotary dimensions";
+  if (s.rope_factors || s.rope_freq_scale != 1.0f) return "RoPE frequency factors or scaling";
+  if (s.any_window()) return "sliding-window attention";
+  if (s.attn_softcap > 0 || s.final_softcap > 0) return "logit softcaps";
+  if (s.attn_scale > 0 && s.attn_scale != 1.0f / std::sqrt(float(c.head_dim))) return "a query scale";
+  if (s.act != Activation::SiLU) return "GELU";
+  if (s.embed_scale != 1.0f) return "an embedding scale";
+  if (s.qk_norm || s.post_norms) return "QK-norm or post-norms";
+  for (const LayerWeights& l : layers)
+    if (l.bq || l.bk || l.bv || l.bo) return "attention biases";
+  return std::string();
 }
 
 void Model::build(const LoadOptions& opts) {
@@ -101,7 +213,8 @@ void Model::build(const LoadOptions& opts) {
   tokenizer_ = Tokenizer::create(src_.vocab);
   if (vocab_only_) return;
 
-  LLM_CHECK(c.arch == "llama", LLM_ERR_UNSUPPORTED, "architecture '%s' is not supported", c.arch.c_str());
+  LLM_CHECK(find_family(c.arch) != nullptr, LLM_ERR_UNSUPPORTED, "architecture '%s' is not supported (%s)",
+            c.arch.c_str(), family_names().c_str());
   LLM_CHECK(c.dim > 0 && c.hidden_dim > 0 && c.n_layers > 0 && c.n_heads > 0 && c.n_kv_heads > 0 && c.head_dim > 0 &&
                 c.vocab_size > 0,
             LLM_ERR_FORMAT, "model hyper-parameters are missing or not positive");
@@ -113,29 +226,28 @@ void Model::build(const LoadOptions& opts) {
   LLM_CHECK(c.head_dim % 2 == 0, LLM_ERR_FORMAT, "head_dim %d is odd", c.head_dim);
   LLM_CHECK(c.vocab_size == tokenizer_->n_vocab(), LLM_ERR_FORMAT, "vocab size %d != tokenizer size %d", c.vocab_size,
             tokenizer_->n_vocab());
+  if (src_.config.spec.rope_dims == 0) src_.config.spec.rope_dims = c.head_dim;
+  validate_spec(c);
 
-  const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
   tok_embd_ = matrix("token_embd.weight", c.vocab_size, c.dim);
-  output_norm_ = f32_vector("output_norm.weight", c.dim);
+  output_norm_ = norm_vector("output_norm.weight", c.dim);
   if (src_.find("output.weight")) {
     output_ = matrix("output.weight", c.vocab_size, c.dim);
   } else {
     output_ = tok_embd_;  // tied
   }
+  build_rope();
   layers_.resize(size_t(c.n_layers));
-  for (int32_t i = 0; i < c.n_layers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    LayerWeights& l = layers_[size_t(i)];
-    l.attn_norm = f32_vector(p + "attn_norm.weight", c.dim);
-    l.wq = matrix(p + "attn_q.weight", q_dim, c.dim);
-    l.wk = matrix(p + "attn_k.weight", kv_dim, c.dim);
-    l.wv = matrix(p + "attn_v.weight", kv_dim, c.dim);
-    l.wo = matrix(p + "attn_output.weight", c.dim, q_dim);
-    l.ffn_norm = f32_vector(p + "ffn_norm.weight", c.dim);
-    l.w_gate = matrix(p + "ffn_gate.weight", c.hidden_dim, c.dim);
-    l.w_up = matrix(p + "ffn_up.weight", c.hidden_dim, c.dim);
-    l.w_down = matrix(p + "ffn_down.weight", c.dim, c.hidden_dim);
-  }
+  for (int32_t i = 0; i < c.n_layers; ++i) build_layer(i);
+  // A tensor the spec did not use could change the math (a bias, a norm,
+  // RoPE factors of another scheme): refuse rather than ignore it.
+  for (const TensorData& t : src_.tensors)
+    LLM_CHECK(used_.count(t.name), LLM_ERR_UNSUPPORTED,
+              "tensor '%s' is not used by the '%s' model block; refusing a model it would change", t.name.c_str(),
+              c.arch.c_str());
+  used_.clear();
+  cuda_limit_ = cuda_limit_of(c, layers_);
+
   // The dominant weight type (most bytes among the layer matrices).
   std::map<DType, uint64_t> bytes_by_type;
   for (const auto& l : layers_)
@@ -155,8 +267,17 @@ void Model::build(const LoadOptions& opts) {
   kv_pool_ = std::make_unique<kv::PagePool>(g, opts.kv_budget_bytes ? opts.kv_budget_bytes : default_kv_budget_bytes());
 
   // Device: CUDA on request (errors propagate), or under AUTO when a device
-  // exists (a failure there logs a warning and stays on the CPU).
-  if (opts.device == LLM_DEVICE_CUDA || (opts.device == LLM_DEVICE_AUTO && cuda::device_count(nullptr) > 0)) {
+  // exists (a failure there logs a warning and stays on the CPU). A block
+  // the CUDA forward does not implement yet runs on the CPU under AUTO and
+  // is refused under LLM_DEVICE_CUDA.
+  const bool want_cuda =
+      opts.device == LLM_DEVICE_CUDA || (opts.device == LLM_DEVICE_AUTO && cuda::device_count(nullptr) > 0);
+  if (want_cuda && !cuda_limit_.empty()) {
+    LLM_CHECK(opts.device != LLM_DEVICE_CUDA, LLM_ERR_UNSUPPORTED,
+              "the CUDA backend does not run the '%s' block yet (%s); use LLM_DEVICE_CPU or AUTO", c.arch.c_str(),
+              cuda_limit_.c_str());
+    log_.log(LLM_LOG_INFO, "running '%s' on the CPU: the CUDA backend lacks %s", c.arch.c_str(), cuda_limit_.c_str());
+  } else if (want_cuda) {
     cuda::BackendOptions bo;
     bo.kv_budget_bytes = opts.kv_budget_bytes;
     bo.page_tokens = g.page_tokens;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,10 +26,22 @@ struct LayerWeights {
   cpu::WeightView wk;                // [n_kv_heads * head_dim, dim]
   cpu::WeightView wv;                // [n_kv_heads * head_dim, dim]
   cpu::WeightView wo;                // [dim, n_heads * head_dim]
+  const float* bq = nullptr;         // [n_heads * head_dim]     optional biases
+  const float* bk = nullptr;         // [n_kv_heads * head_dim]
+  const float* bv = nullptr;         // [n_kv_heads * head_dim]
+  const float* bo = nullptr;         // [dim]
+  const float* q_norm = nullptr;     // [head_dim]  spec.qk_norm
+  const float* k_norm = nullptr;     // [head_dim]
+  const float* post_attn_norm = nullptr;  // [dim]  spec.post_norms
   const float* ffn_norm = nullptr;   // [dim]
   cpu::WeightView w_gate;            // [hidden_dim, dim]  (w1)
   cpu::WeightView w_up;              // [hidden_dim, dim]  (w3)
   cpu::WeightView w_down;            // [dim, hidden_dim]  (w2)
+  const float* post_ffn_norm = nullptr;   // [dim]  spec.post_norms
+  // RoPE of this layer: angle of pair j at position p = p * inv_freq[j]
+  // (base, linear scale and frequency factors folded in); [rope_dims / 2].
+  const float* inv_freq = nullptr;
+  int32_t window = 0;                // attend to the last `window` positions (0 = all)
 };
 
 struct LoadOptions {
@@ -68,6 +81,9 @@ class Model {
   const cpu::WeightView& output() const { return output_; }      // [vocab, dim]
   const float* output_norm() const { return output_norm_; }      // [dim]
   const std::vector<LayerWeights>& layers() const { return layers_; }
+  const BlockSpec& spec() const { return src_.config.spec; }
+  // Empty when the CUDA backend can run this model's block; else what it lacks.
+  const std::string& cuda_limit() const { return cuda_limit_; }
   uint64_t n_params() const { return n_params_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
   DType weight_type() const { return weight_type_; }
@@ -77,8 +93,14 @@ class Model {
  private:
   Model() = default;
   void build(const LoadOptions& opts);
-  const float* f32_vector(const std::string& name, int64_t n);
+  const float* f32_vector(const std::string& name, int64_t n, float offset = 0.0f);
+  const float* norm_vector(const std::string& name, int64_t n) { return f32_vector(name, n, src_.config.spec.norm_offset); }
+  const float* optional_vector(const std::string& name, int64_t n);
   cpu::WeightView matrix(const std::string& name, int64_t rows, int64_t cols);
+  // Rows [first, first + rows) of matrix `name` [total_rows, cols] (a fused tensor's part), zero copy.
+  cpu::WeightView matrix_rows(const std::string& name, int64_t total_rows, int64_t cols, int64_t first, int64_t rows);
+  void build_layer(int32_t l);
+  void build_rope();
   void move_weights_to_huge_pages();
 
   ModelSource src_;
@@ -92,6 +114,9 @@ class Model {
   const float* output_norm_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::vector<Buffer<float>> converted_;  // norm vectors converted to f32
+  std::vector<float> inv_freq_global_, inv_freq_local_;  // [rope_dims / 2] each
+  std::set<std::string> used_;            // tensors the spec consumed
+  std::string cuda_limit_;
   HugePageBlock weight_block_;            // the matrices, when copied for CPU decode
   uint64_t n_params_ = 0, weight_bytes_ = 0;
   DType weight_type_ = DType::F32;

@@ -2,6 +2,8 @@
 // its calibration activations. See awq.h for the method.
 #include "quant/awq.h"
 
+#include "model/family.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "format/llm_file.h"
+#include "model/family.h"
 #include "quant/quant.h"
 
 namespace llm {
@@ -96,6 +99,9 @@ struct ReferenceForward::Impl {
 
 ReferenceForward::ReferenceForward(const ModelSource& src, ThreadPool* pool) : impl_(new Impl()) {
   std::unique_ptr<Impl> guard(impl_);
+  const std::string other = non_llama_feature(src);
+  LLM_CHECK(other.empty(), LLM_ERR_UNSUPPORTED, "calibration runs the Llama block only; '%s' has %s",
+            src.config.arch.c_str(), other.c_str());
   Impl& m = *impl_;
   m.c = src.config;
   m.pool = pool;

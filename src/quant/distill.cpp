@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "model/family.h"
 #include "quant/awq.h"
 #include "quant/quant.h"
 
@@ -525,6 +526,9 @@ Distiller::Distiller(const ModelSource& teacher, const ModelSource& student,
                      const std::vector<std::vector<int32_t>>& sequences, const LlmConvertOptions& co, ThreadPool* pool)
     : seqs_(sequences), pool_(pool), nth_(pool ? std::max(1, pool->size()) : 1) {
   const ModelConfig& c = student.config;
+  const std::string other = non_llama_feature(teacher);
+  LLM_CHECK(other.empty(), LLM_ERR_UNSUPPORTED, "distill: runs the Llama block only; '%s' has %s", c.arch.c_str(),
+            other.c_str());
   LLM_CHECK(c.dim > 0 && c.hidden_dim > 0 && c.n_layers > 0 && c.n_heads > 0 && c.n_kv_heads > 0 && c.head_dim > 0 &&
                 c.head_dim % 2 == 0 && c.n_heads % c.n_kv_heads == 0 && c.vocab_size > 0,
             LLM_ERR_FORMAT, "distill: bad hyper-parameters");

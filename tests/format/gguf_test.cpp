@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "core/half.h"
 #include "core/log.h"
 #include "format/gguf.h"
+#include "model/model.h"
 #include "quant/ggml_quants.h"
 #include "quant/quant.h"
 #include "status_of.h"
@@ -146,6 +148,8 @@ struct TinyLlama {
   // here, cycling through `source_rows` encoded rows.
   const uint8_t* row_source = nullptr;
   int64_t source_rows = 0;
+  // Adds metadata or tensors of a test's own (after the standard ones).
+  std::function<void(GgufBuilder&)> extra;
 
   std::vector<uint8_t> build() const {
     GgufBuilder b;
@@ -203,6 +207,7 @@ struct TinyLlama {
       add(p + "ffn_up.weight", {dim, hid}, true);
       add(p + "ffn_down.weight", {hid, dim}, true);
     }
+    if (extra) extra(b);
     return b.build();
   }
 };
@@ -387,8 +392,8 @@ TEST(GgufFiles, VocabOnlyLlamaSpm) {
   EXPECT_EQ(r.vocab.tokens, m.vocab.tokens);
   EXPECT_EQ(r.vocab.scores, m.vocab.scores);
   EXPECT_TRUE(r.tensors.empty());
-  // Without vocab_only the file has no weights.
-  EXPECT_EQ(status_of([&] { read_gguf(model_path("ggml-vocab-llama-spm.gguf"), false, nullptr); }), LLM_ERR_FORMAT);
+  // Without vocab_only the file has no weights: the model builder finds none.
+  EXPECT_EQ(status_of([&] { Model::load(model_path("ggml-vocab-llama-spm.gguf"), LoadOptions()); }), LLM_ERR_FORMAT);
 }
 
 TEST(GgufFiles, VocabOnlyGpt2) {
@@ -609,19 +614,115 @@ TEST(GgufModel, TinyLlamaSynthetic) {
   EXPECT_EQ(tensor(m, "blk.1.ffn_down.weight").shape, (std::vector<int64_t>{32, 64}));
 }
 
+// The tensors are checked against the family's spec when the model is built.
+std::string build_error(std::vector<uint8_t> bytes, llm_status* st) {
+  try {
+    LoadOptions o;
+    o.n_threads = 1;
+    o.huge_pages = false;
+    Model::from_source(load_bytes(std::move(bytes)), o);
+    *st = LLM_OK;
+    return "";
+  } catch (const Error& e) {
+    *st = e.status();
+    return e.what();
+  }
+}
+
 TEST(GgufModel, MissingOrMisshapedTensors) {
   for (const char* name : {"token_embd.weight", "output_norm.weight", "blk.1.attn_v.weight", "blk.0.ffn_norm.weight",
                            "blk.1.ffn_down.weight"}) {
+    llm_status st;
     TinyLlama a;
     a.skip = name;
-    EXPECT_EQ(status_of([&] { load_bytes(a.build()); }), LLM_ERR_FORMAT) << name;
+    EXPECT_NE(build_error(a.build(), &st).find(name), std::string::npos);
+    EXPECT_EQ(st, LLM_ERR_FORMAT) << name;
     TinyLlama b;
     b.bad_shape = name;
-    EXPECT_EQ(status_of([&] { load_bytes(b.build()); }), LLM_ERR_FORMAT) << name;
+    EXPECT_NE(build_error(b.build(), &st).find(name), std::string::npos);
+    EXPECT_EQ(st, LLM_ERR_FORMAT) << name;
   }
   TinyLlama c;
   c.arch = "falcon";
   EXPECT_EQ(status_of([&] { load_bytes(c.build()); }), LLM_ERR_UNSUPPORTED);
+  try {
+    load_bytes(c.build());
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'falcon'"), std::string::npos) << e.what();
+  }
+  llm_status st;
+  EXPECT_EQ(build_error(TinyLlama().build(), &st), "");
+  EXPECT_EQ(st, LLM_OK);
+}
+
+// A tensor that would change the math and that the spec does not use is
+// refused, never ignored; bad values of the new metadata are format errors
+// naming the key or tensor.
+TEST(GgufModel, FamilyMetadataAndTensorsAreCheckedNotIgnored) {
+  auto f32_tensor = [](GgufBuilder& b, const std::string& name, std::vector<float> v) {
+    std::vector<uint8_t> bytes(v.size() * 4);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    b.tensor(name, {int64_t(v.size())}, GgmlType::F32, bytes);
+  };
+  struct Case {
+    const char* what;
+    std::function<void(GgufBuilder&)> extra;
+    llm_status want;
+    const char* named;
+  };
+  const std::vector<float> factors(8, 1.5f);  // head_dim 16 -> 8 pairs
+  std::vector<float> nan_factors = factors;
+  nan_factors[3] = std::nanf("");
+  const Case cases[] = {
+      {"unused norm", [&](GgufBuilder& b) { f32_tensor(b, "blk.0.attn_q_norm.weight", std::vector<float>(16, 1)); },
+       LLM_ERR_UNSUPPORTED, "blk.0.attn_q_norm.weight"},
+      {"unknown tensor", [&](GgufBuilder& b) { f32_tensor(b, "blk.1.attn_rot_embd", std::vector<float>(16, 1)); },
+       LLM_ERR_UNSUPPORTED, "blk.1.attn_rot_embd"},
+      {"LongRoPE", [&](GgufBuilder& b) { f32_tensor(b, "rope_factors_long.weight", factors); }, LLM_ERR_UNSUPPORTED,
+       "rope_factors_long.weight"},
+      {"NaN RoPE factor", [&](GgufBuilder& b) { f32_tensor(b, "rope_freqs.weight", nan_factors); }, LLM_ERR_FORMAT,
+       "rope_freqs.weight"},
+      {"short RoPE factors", [&](GgufBuilder& b) { f32_tensor(b, "rope_freqs.weight", {1.f, 2.f}); }, LLM_ERR_FORMAT,
+       "rope_freqs.weight"},
+      {"good RoPE factors", [&](GgufBuilder& b) { f32_tensor(b, "rope_freqs.weight", factors); }, LLM_OK, ""},
+      {"window 0", [&](GgufBuilder& b) { b.kv_u32("llama.attention.sliding_window", 0); }, LLM_ERR_FORMAT,
+       "sliding_window"},
+      {"window 8", [&](GgufBuilder& b) { b.kv_u32("llama.attention.sliding_window", 8); }, LLM_OK, ""},
+      {"YaRN", [&](GgufBuilder& b) { b.kv_str("llama.rope.scaling.type", "yarn"); }, LLM_ERR_UNSUPPORTED,
+       "rope.scaling.type"},
+      {"odd rotary dims", [&](GgufBuilder& b) { b.kv_u32("llama.rope.dimension_count", 7); }, LLM_ERR_FORMAT,
+       "rope.dimension_count"},
+      {"rotary dims > head_dim", [&](GgufBuilder& b) { b.kv_u32("llama.rope.dimension_count", 18); },
+       LLM_ERR_FORMAT, "rope.dimension_count"},
+      {"bias of the wrong size", [&](GgufBuilder& b) { f32_tensor(b, "blk.0.attn_q.bias", {1.f, 2.f}); },
+       LLM_ERR_FORMAT, "blk.0.attn_q.bias"},
+      {"bias", [&](GgufBuilder& b) { f32_tensor(b, "blk.0.attn_q.bias", std::vector<float>(32, 0.5f)); }, LLM_OK,
+       ""},
+  };
+  for (const Case& k : cases) {
+    TinyLlama t;
+    t.extra = k.extra;
+    llm_status st = LLM_OK;
+    std::string msg;
+    try {
+      msg = build_error(t.build(), &st);
+    } catch (...) {
+      ADD_FAILURE() << k.what << ": not an llm::Error";
+    }
+    EXPECT_EQ(st, k.want) << k.what << ": " << msg;
+    EXPECT_NE(msg.find(k.named), std::string::npos) << k.what << ": " << msg;
+  }
+  // Query heads that are not a multiple of the KV heads: a format error naming the key.
+  TinyLlama h;
+  h.heads = 4;
+  h.kv_heads = 3;
+  try {
+    load_bytes(h.build());
+    ADD_FAILURE() << "4 heads over 3 KV heads loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), LLM_ERR_FORMAT);
+    EXPECT_NE(std::string(e.what()).find("head_count_kv"), std::string::npos) << e.what();
+  }
 }
 
 TEST(GgufModel, QuantizedMatricesKeptZeroCopy) {

@@ -21,45 +21,61 @@ void rmsnorm(float* y, const float* x, const float* w, int64_t rows, int64_t dim
   }
 }
 
-void rope_head(float* x, int32_t head_dim, int64_t pos, float theta) {
-  for (int32_t i = 0; i < head_dim; i += 2) {
-    const float freq = 1.0f / std::pow(theta, float(i) / float(head_dim));
-    const float val = float(pos) * freq;
-    const float c = std::cos(val), s = std::sin(val);
-    const float v0 = x[i], v1 = x[i + 1];
-    x[i] = v0 * c - v1 * s;
-    x[i + 1] = v0 * s + v1 * c;
+// Pair j's two dimensions under each kind.
+static inline void rotate_pairs(float* x, const Rope& r, const float* cs, const float* sn) {
+  const int32_t half = r.rope_dims / 2;
+  const int32_t stride = r.kind == 0 ? 2 : 1;    // distance between consecutive pairs' first elements
+  const int32_t other = r.kind == 0 ? 1 : half;  // distance from a pair's first element to its second
+  for (int32_t j = 0; j < half; ++j) {
+    float* a = x + j * stride;
+    const float v0 = a[0], v1 = a[other];
+    a[0] = v0 * cs[j] - v1 * sn[j];
+    a[other] = v0 * sn[j] + v1 * cs[j];
   }
 }
 
-void rope(float* x, int64_t n, int32_t n_heads, int32_t head_dim, const int32_t* pos, float theta) {
-  const int64_t stride = int64_t(n_heads) * head_dim;
-  // The angles depend on the position only: computed once per row for all
-  // heads, with exactly rope_head's expressions (so the same values).
-  constexpr int32_t kMaxPairs = 256;
-  if (head_dim > 2 * kMaxPairs) {
-    for (int64_t r = 0; r < n; ++r)
-      for (int32_t h = 0; h < n_heads; ++h) rope_head(x + r * stride + int64_t(h) * head_dim, head_dim, pos[r], theta);
-    return;
-  }
+void rope_head(float* x, const Rope& r, int64_t pos) {
+  constexpr int32_t kMaxPairs = 512;
   float cs[kMaxPairs], sn[kMaxPairs];
-  for (int64_t r = 0; r < n; ++r) {
-    for (int32_t i = 0; i < head_dim; i += 2) {
-      const float freq = 1.0f / std::pow(theta, float(i) / float(head_dim));
-      const float val = float(pos[r]) * freq;
-      cs[i / 2] = std::cos(val);
-      sn[i / 2] = std::sin(val);
-    }
-    for (int32_t h = 0; h < n_heads; ++h) {
-      float* xh = x + r * stride + int64_t(h) * head_dim;
-      for (int32_t i = 0; i < head_dim; i += 2) {
-        const float c = cs[i / 2], sv = sn[i / 2];
-        const float v0 = xh[i], v1 = xh[i + 1];
-        xh[i] = v0 * c - v1 * sv;
-        xh[i + 1] = v0 * sv + v1 * c;
-      }
-    }
+  for (int32_t j = 0; j < r.rope_dims / 2 && j < kMaxPairs; ++j) {
+    const float val = float(pos) * r.inv_freq[j];
+    cs[j] = std::cos(val);
+    sn[j] = std::sin(val);
   }
+  rotate_pairs(x, r, cs, sn);
+}
+
+void rope(float* x, int64_t n, int32_t n_heads, const Rope& r, const int32_t* pos) {
+  const int64_t stride = int64_t(n_heads) * r.head_dim;
+  // The angles depend on the position only: computed once per row for all heads.
+  constexpr int32_t kMaxPairs = 512;
+  float cs[kMaxPairs], sn[kMaxPairs];
+  for (int64_t i = 0; i < n; ++i) {
+    for (int32_t j = 0; j < r.rope_dims / 2 && j < kMaxPairs; ++j) {
+      const float val = float(pos[i]) * r.inv_freq[j];
+      cs[j] = std::cos(val);
+      sn[j] = std::sin(val);
+    }
+    for (int32_t h = 0; h < n_heads; ++h) rotate_pairs(x + i * stride + int64_t(h) * r.head_dim, r, cs, sn);
+  }
+}
+
+// inv_freq of the Llama-2 rotation, with the expressions the engine has
+// always used (so its angles are bit-identical to earlier releases).
+static void llama_inv_freq(int32_t head_dim, float theta, float* f) {
+  for (int32_t i = 0; i < head_dim; i += 2) f[i / 2] = 1.0f / std::pow(theta, float(i) / float(head_dim));
+}
+
+void rope_head(float* x, int32_t head_dim, int64_t pos, float theta) {
+  std::vector<float> f(size_t(head_dim / 2));
+  llama_inv_freq(head_dim, theta, f.data());
+  rope_head(x, Rope{0, head_dim, head_dim, f.data()}, pos);
+}
+
+void rope(float* x, int64_t n, int32_t n_heads, int32_t head_dim, const int32_t* pos, float theta) {
+  std::vector<float> f(size_t(head_dim / 2));
+  llama_inv_freq(head_dim, theta, f.data());
+  rope(x, n, n_heads, Rope{0, head_dim, head_dim, f.data()}, pos);
 }
 
 void silu_mul(float* a, const float* b, int64_t n) {
@@ -67,6 +83,24 @@ void silu_mul(float* a, const float* b, int64_t n) {
     const float v = a[i];
     a[i] = v * (1.0f / (1.0f + std::exp(-v))) * b[i];
   }
+}
+
+void gelu_tanh_mul(float* a, const float* b, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = a[i];
+    a[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * v * (1.0f + 0.044715f * v * v))) * b[i];
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
+}
+
+void add_bias(float* y, const float* b, int64_t rows, int64_t dim) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < dim; ++i) y[r * dim + i] += b[i];
 }
 
 void softmax(float* x, int64_t n) {
@@ -115,7 +149,7 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
   const int32_t group = a.n_heads / g.n_kv_heads;
   const int64_t q_stride = int64_t(a.n_heads) * hd;
   const int64_t max_len = a.p0 + a.n;
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const float scale = a.scale > 0 ? a.scale : 1.0f / std::sqrt(float(hd));
   const int nth = pool ? pool->size() : 1;
   const RowFns f = row_fns();
 #if defined(__x86_64__) || defined(_M_X64)
@@ -140,6 +174,10 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
       const int32_t kvh = int32_t(task % g.n_kv_heads);
       const float* q0 = a.q + i * q_stride + int64_t(kvh) * group * hd;  // first query head of the group
       const int64_t len = a.p0 + i + 1;
+      const int64_t lo = a.window > 0 ? std::max<int64_t>(0, len - a.window) : 0;  // first slot attended
+      auto finish_scores = [&](float* att_j) {  // softcap, then softmax over [lo, len)
+        if (a.softcap > 0) softcap(att_j + lo, len - lo, a.softcap);
+      };
 #if defined(__x86_64__) || defined(_M_X64)
       if (blocked) {
         float* blk = row + hd;  // [8][hd] rows in f32
@@ -160,14 +198,18 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
           }
         };
         constexpr int32_t B = rows::avx2::kBlockRows;
-        for (int64_t t0 = 0; t0 < len; t0 += B) {
+        for (int64_t t0 = lo; t0 < len; t0 += B) {
           const int32_t nr = int32_t(std::min<int64_t>(B, len - t0));
           load_block(0, t0, nr);
           rows::avx2::scores8(q0, group, hd, blk, nr, scale, att + t0, max_len);
         }
-        for (int32_t j = 0; j < group; ++j) rows::avx2::softmax(att + size_t(j) * size_t(max_len), len);
+        for (int32_t j = 0; j < group; ++j) {
+          float* att_j = att + size_t(j) * size_t(max_len);
+          finish_scores(att_j);
+          rows::avx2::softmax(att_j + lo, len - lo);
+        }
         std::fill(acc, acc + size_t(group) * size_t(hd), 0.f);
-        for (int64_t t0 = 0; t0 < len; t0 += B) {
+        for (int64_t t0 = lo; t0 < len; t0 += B) {
           const int32_t nr = int32_t(std::min<int64_t>(B, len - t0));
           load_block(1, t0, nr);
           rows::avx2::pv8(att + t0, max_len, group, hd, blk, nr, acc);
@@ -178,7 +220,7 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
         continue;
       }
 #endif
-      for (int64_t t = 0; t < len; ++t) {
+      for (int64_t t = lo; t < len; ++t) {
         const kv::Page* p = a.pages[t / g.page_tokens];
         const int32_t slot = int32_t(t % g.page_tokens);
         const uint8_t* kr = kv::row_ptr(g, p, a.layer, 0, kvh, slot);
@@ -196,9 +238,13 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
           att[size_t(j) * size_t(max_len) + size_t(t)] = dot * scale;
         }
       }
-      for (int32_t j = 0; j < group; ++j) softmax(att + size_t(j) * size_t(max_len), len);
+      for (int32_t j = 0; j < group; ++j) {
+        float* att_j = att + size_t(j) * size_t(max_len);
+        finish_scores(att_j);
+        softmax(att_j + lo, len - lo);
+      }
       std::fill(acc, acc + size_t(group) * size_t(hd), 0.f);
-      for (int64_t t = 0; t < len; ++t) {
+      for (int64_t t = lo; t < len; ++t) {
         const kv::Page* p = a.pages[t / g.page_tokens];
         const int32_t slot = int32_t(t % g.page_tokens);
         const uint8_t* vr = kv::row_ptr(g, p, a.layer, 1, kvh, slot);

@@ -1,0 +1,48 @@
+// The CPU forward pass of one model block spec (model/family.h) over a
+// session's paged KV cache: embeddings, every layer, final norm and logits.
+// The session decides which tokens, pages and positions; this file holds
+// all of the model math it runs on the CPU.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/alloc.h"
+#include "kv/kv_cache.h"
+
+namespace llm {
+class Model;
+}
+
+namespace llm::cpu {
+
+// Activations of one forward pass, grown on demand and kept by the session
+// (never allocated per token).
+struct ForwardScratch {
+  int64_t rows = 0;
+  Buffer<float> x, xb, q, k, v, att, hb, hb2;
+  std::vector<int32_t> pos;
+  std::vector<std::vector<float>> att_rows;  // per-thread attention workspace
+  void ensure(const Model& m, int64_t n);
+};
+
+struct ForwardArgs {
+  const int32_t* tokens = nullptr;  // [n]
+  int64_t n = 0;
+  uint32_t p0 = 0;                  // position (= cache slot) of tokens[0]
+  kv::Page* const* pages = nullptr;  // page table covering slots [0, p0 + n), private where written
+  float* logits = nullptr;          // [vocab]: the last row's
+  std::function<bool()> cancel;     // polled between layers; true -> Error(LLM_ERR_CANCELLED)
+};
+
+// Runs tokens[0..n) at positions p0.. : their K/V rows go into the pages and
+// the last row's logits into args.logits. Throws Error(LLM_ERR_CANCELLED)
+// (the pages may then hold partial rows past p0, which the caller drops).
+void forward(const Model& m, const ForwardArgs& args, ForwardScratch& s);
+
+// Rotates the cached key of (layer, head) at a slot by delta positions
+// (eviction moves rows down by delta < 0), with the layer's RoPE.
+void rerotate_key(const Model& m, int32_t layer, float* key, int64_t delta);
+
+}  // namespace llm::cpu

@@ -1,0 +1,20 @@
+// Phi-3 / Phi-3.5 mini, Phi-4-mini: NeoX RoPE (partial on Phi-4-mini:
+// rope.dimension_count < head_dim), q/k/v fused in attn_qkv.weight and
+// gate/up fused in ffn_up.weight (both split at load), SiLU.
+//   The files' attention.sliding_window is not applied, as in llama.cpp,
+//   whose converters do not record which layers it covers (every Phi-3 mini
+//   GGUF carries 2047 against a 4096 context); LongRoPE (rope_factors_long /
+//   rope_factors_short, the 128k models) is refused by the model builder.
+#include "format/model_source.h"
+#include "model/family.h"
+
+namespace llm {
+
+static void configure_phi3(const HParams& hp, ModelConfig& c) {
+  read_common_hparams(hp, c);
+  c.spec.rope_kind = RopeKind::NeoX;
+}
+
+extern const Family kPhi3Family = {"phi3", configure_phi3};
+
+}  // namespace llm
