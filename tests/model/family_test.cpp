@@ -1,0 +1,105 @@
+// Every supported family against llama.cpp, on tiny random-weight GGUFs
+// (tests/data/families/, made by tests/tools/make_family_refs.sh): at every
+// position of 3 prompts (one longer than the family's sliding window), the
+// logits agree within 1e-3 of the reference's logit range (max abs
+// difference), and the 32 greedy ids are identical. Through the public C API
+// with f32 math (LLM_LOAD_REFERENCE_MATH) and an f32 KV cache, as the
+// references were made (F32 weights, F32 KV cache in llama.cpp).
+//   - decode path: the prompt one token at a time, logits after each;
+//   - prefill path: the whole prompt in one llm_prefill, last logits;
+//   - greedy: llm_decode_step for 32 steps after the prefill.
+#include <gtest/gtest.h>
+#include <llm.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+std::string data_dir() { return std::string(LLM_TEST_DATA_DIR) + "/families/"; }
+
+// max |a - b| / (max(b) - min(b))
+double relative_error(const float* a, const std::vector<float>& b) {
+  double d = 0;
+  const auto mm = std::minmax_element(b.begin(), b.end());
+  for (size_t i = 0; i < b.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
+  return d / std::max(1e-6, double(*mm.second - *mm.first));
+}
+
+class Family : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Family, LogitsAndGreedyMatchLlamaCpp) {
+  const std::string name = GetParam();
+  std::ifstream f(data_dir() + name + ".json");
+  ASSERT_TRUE(f.good()) << name;
+  const nlohmann::json ref = nlohmann::json::parse(f);
+  const std::string path = data_dir() + ref.at("model_file").get<std::string>();
+  llm_load_params lp;
+  llm_load_params_init(&lp);
+  lp.device = LLM_DEVICE_CPU;
+  lp.flags |= LLM_LOAD_REFERENCE_MATH;
+  llm_model* m = nullptr;
+  ASSERT_EQ(llm_load(path.c_str(), &lp, &m), LLM_OK) << llm_last_error();
+  llm_session_params sp;
+  llm_session_params_init(&sp);
+  sp.kv_type = LLM_KV_F32;
+
+  double worst = 0;
+  size_t positions = 0;
+  for (const auto& c : ref.at("cases")) {
+    const auto prompt = c.at("prompt_token_ids").get<std::vector<llm_token>>();
+    const auto prompt_logits = c.at("prompt_logits").get<std::vector<std::vector<float>>>();
+    const auto gen = c.at("generated_token_ids").get<std::vector<llm_token>>();
+    const auto gen_logits = c.at("generated_logits").get<std::vector<std::vector<float>>>();
+    ASSERT_EQ(prompt_logits.size(), prompt.size());
+    SCOPED_TRACE(name + ", prompt of " + std::to_string(prompt.size()) + " tokens");
+
+    // Decode path: one token at a time over the prompt and the greedy continuation.
+    llm_session* s = nullptr;
+    ASSERT_EQ(llm_session_create(m, &sp, &s), LLM_OK) << llm_last_error();
+    std::vector<llm_token> seq = prompt;
+    seq.insert(seq.end(), gen.begin(), gen.end() - 1);
+    for (size_t i = 0; i < seq.size(); ++i) {
+      ASSERT_EQ(llm_prefill(s, &seq[i], 1), LLM_OK) << llm_last_error();
+      const float* lg = nullptr;
+      size_t nv = 0;
+      ASSERT_EQ(llm_logits(s, &lg, &nv), LLM_OK);
+      const std::vector<float>& want = i < prompt.size() ? prompt_logits[i] : gen_logits[i - prompt.size()];
+      ASSERT_EQ(nv, want.size());
+      const double e = relative_error(lg, want);
+      worst = std::max(worst, e);
+      ++positions;
+      EXPECT_LE(e, 1e-3) << "position " << i;
+    }
+    llm_session_free(s);
+
+    // Prefill path and greedy decode.
+    ASSERT_EQ(llm_session_create(m, &sp, &s), LLM_OK);
+    ASSERT_EQ(llm_prefill(s, prompt.data(), prompt.size()), LLM_OK) << llm_last_error();
+    const float* lg = nullptr;
+    size_t nv = 0;
+    ASSERT_EQ(llm_logits(s, &lg, &nv), LLM_OK);
+    EXPECT_LE(relative_error(lg, prompt_logits.back()), 1e-3) << "prefill";
+    std::vector<llm_token> got;
+    for (size_t k = 0; k < gen.size(); ++k) {
+      llm_token t;
+      ASSERT_EQ(llm_decode_step(s, nullptr, &t), LLM_OK) << llm_last_error();
+      got.push_back(t);
+    }
+    EXPECT_EQ(got, gen) << "greedy ids";
+    llm_session_free(s);
+  }
+  std::printf("%s: %zu positions, worst max|diff| / range = %.2e\n", name.c_str(), positions, worst);
+  llm_model_free(m);
+}
+
+INSTANTIATE_TEST_SUITE_P(LlamaCpp, Family,
+                         ::testing::Values("llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+}  // namespace

@@ -1,0 +1,160 @@
+// Gemma 3 270M Q4_K_M, the real model, through the public C API with default
+// settings, against greedy references from llama.cpp (f32 KV cache):
+//   - the 4 cases of shared/models/reference/gemma-3-270m-q4_k_m_greedy.json;
+//   - 7 cases of tests/data/gemma3/extra_greedy.json, made with the same
+//     program on prompts of this repository, two of them longer than the
+//     512-token sliding window of the local layers.
+// Teacher-forced top-1 agreement >= 98% over every step, and free-running
+// greedy ids identical up to the first step whose reference top-1/top-2
+// margin is below 0.1 (where another correct implementation may differ).
+// The model (253 MB, Gemma terms) is fetched by tests/models/fetch_gemma3.sh;
+// LLM_GEMMA3_GGUF names it, and the tests skip when it is absent.
+#include <gtest/gtest.h>
+#include <llm.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "reference.h"
+
+namespace {
+
+std::string gemma_path() {
+  const char* p = std::getenv("LLM_GEMMA3_GGUF");
+  if (!p || !*p) return "";
+  std::ifstream f(p);
+  return f.good() ? std::string(p) : std::string();
+}
+
+struct Case {
+  std::string prompt;
+  std::vector<int32_t> prompt_ids, generated;
+  std::vector<float> margins;
+};
+
+std::vector<Case> read_cases(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::vector<Case> out;
+  for (const auto& c : j.at("cases")) {
+    Case k;
+    k.prompt = c.at("prompt").get<std::string>();
+    k.prompt_ids = c.at("prompt_token_ids").get<std::vector<int32_t>>();
+    k.generated = c.at("generated_token_ids").get<std::vector<int32_t>>();
+    k.margins = c.at("top1_top2_margin_per_step").get<std::vector<float>>();
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+int32_t argmax(const float* x, size_t n) {
+  size_t best = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return int32_t(best);
+}
+
+class Gemma3 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string path = gemma_path();
+    if (path.empty()) return;
+    llm_load_params p;
+    llm_load_params_init(&p);
+    // Diagnosis: LLM_TEST_REFERENCE_MATH=1 runs the same checks with f32 math.
+    if (std::getenv("LLM_TEST_REFERENCE_MATH")) p.flags |= LLM_LOAD_REFERENCE_MATH;
+    ASSERT_EQ(llm_load(path.c_str(), &p, &model_), LLM_OK) << llm_last_error();
+  }
+  static void TearDownTestSuite() {
+    llm_model_free(model_);
+    model_ = nullptr;
+  }
+  void SetUp() override {
+    if (!model_) GTEST_SKIP() << "LLM_GEMMA3_GGUF is not set or missing (tests/models/fetch_gemma3.sh fetches it)";
+  }
+
+  // Teacher-forced agreement and free-running greedy prefix over the cases of one file.
+  void check(const std::vector<Case>& cases) {
+    size_t agree = 0, steps = 0;
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.prompt.substr(0, 60));
+      std::vector<llm_token> ids(c.prompt.size() + 8);
+      size_t n = 0;
+      ASSERT_EQ(llm_tokenize(model_, c.prompt.data(), c.prompt.size(), LLM_TOKENIZE_ADD_BOS, ids.data(), ids.size(), &n),
+                LLM_OK)
+          << llm_last_error();
+      ids.resize(n);
+      EXPECT_EQ(ids, c.prompt_ids) << "tokenization differs";
+
+      llm_session* s = nullptr;
+      ASSERT_EQ(llm_session_create(model_, nullptr, &s), LLM_OK) << llm_last_error();
+      ASSERT_EQ(llm_prefill(s, c.prompt_ids.data(), c.prompt_ids.size()), LLM_OK) << llm_last_error();
+      for (size_t k = 0; k < c.generated.size(); ++k) {
+        const float* logits = nullptr;
+        size_t n_vocab = 0;
+        ASSERT_EQ(llm_logits(s, &logits, &n_vocab), LLM_OK) << llm_last_error();
+        const int32_t top = argmax(logits, n_vocab);
+        agree += top == c.generated[k];
+        ++steps;
+        if (top != c.generated[k] && c.margins[k] >= 0.1f)
+          ADD_FAILURE() << "step " << k << ": " << top << " where the reference has " << c.generated[k]
+                        << " with margin " << c.margins[k];
+        ASSERT_EQ(llm_prefill(s, &c.generated[k], 1), LLM_OK) << llm_last_error();  // teacher forcing
+      }
+      llm_session_free(s);
+
+      // Free-running greedy through llm_decode_step, up to the first close call.
+      ASSERT_EQ(llm_session_create(model_, nullptr, &s), LLM_OK);
+      ASSERT_EQ(llm_prefill(s, c.prompt_ids.data(), c.prompt_ids.size()), LLM_OK);
+      for (size_t k = 0; k < c.generated.size() && c.margins[k] >= 0.1f; ++k) {
+        llm_token t = -1;
+        ASSERT_EQ(llm_decode_step(s, nullptr, &t), LLM_OK) << llm_last_error();
+        if (t != c.generated[k]) {
+          ADD_FAILURE() << "greedy step " << k << ": " << t << " where the reference has " << c.generated[k];
+          break;
+        }
+      }
+      llm_session_free(s);
+    }
+    const double rate = double(agree) / double(steps);
+    std::printf("teacher-forced top-1 agreement: %zu / %zu = %.4f\n", agree, steps, rate);
+    EXPECT_GE(rate, 0.98);
+  }
+
+  static llm_model* model_;
+};
+llm_model* Gemma3::model_ = nullptr;
+
+TEST_F(Gemma3, SharedReferenceCases) {
+  check(read_cases(llm::testing::model_path("reference/gemma-3-270m-q4_k_m_greedy.json")));
+}
+
+TEST_F(Gemma3, RepositoryPromptsPastTheLocalWindow) {
+  const std::vector<Case> cases = read_cases(std::string(LLM_TEST_DATA_DIR) + "/gemma3/extra_greedy.json");
+  size_t longest = 0;
+  for (const Case& c : cases) longest = std::max(longest, c.prompt_ids.size());
+  EXPECT_GT(longest, 512u);  // the file really crosses the 512-token window
+  check(cases);
+}
+
+TEST_F(Gemma3, EndOfTurnIsEndOfGeneration) {
+  llm_token ids[8];
+  size_t n = 0;
+  const char* text = "<end_of_turn>";
+  ASSERT_EQ(llm_tokenize(model_, text, std::strlen(text), LLM_TOKENIZE_PARSE_SPECIAL, ids, 8, &n), LLM_OK)
+      << llm_last_error();
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(llm_token_is_eog(model_, ids[0]), 1);
+  EXPECT_EQ(llm_token_is_eog(model_, 1), 1);    // <eos>
+  EXPECT_EQ(llm_token_is_eog(model_, 506), 0);  // " the"
+}
+
+}  // namespace
