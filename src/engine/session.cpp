@@ -27,7 +27,7 @@ static kv::PagePool& pool_of(const Model& model) {
 }
 
 Session::Session(const Model& model, const SessionOptions& opts)
-    : model_(model), opts_(opts), pool_(pool_of(model)) {
+    : model_(model), opts_(opts), pool_(pool_of(model)), lpool_(model.kv_pool_local()) {
   LLM_CHECK(opts.kv_type == LLM_KV_F16 || opts.kv_type == LLM_KV_F32 || opts.kv_type == LLM_KV_INT8 ||
                 opts.kv_type == LLM_KV_INT4,
             LLM_ERR_INVALID_ARGUMENT, "unknown kv_type %d", int(opts.kv_type));
@@ -45,13 +45,25 @@ Session::Session(const Model& model, const SessionOptions& opts)
   if (model.cuda() && model.cuda()->kv_type() == opts.kv_type) seq_ = model.cuda()->new_sequence();
 }
 
-Session::~Session() {
-  for (kv::Page* p : pages_) pool_.release(p);
+Session::~Session() { release_all(); }
+
+void Session::release_all() {
+  for (int t = 0; t < n_tables(); ++t) {
+    for (kv::Page* p : table(t))
+      if (p) pool(t).release(p);
+    table(t).clear();
+  }
+  local_first_ = 0;
+}
+
+size_t Session::n_local_pages() const {
+  size_t n = 0;
+  for (const kv::Page* p : lpages_) n += p != nullptr;
+  return n;
 }
 
 void Session::reset() {
-  for (kv::Page* p : pages_) pool_.release(p);
-  pages_.clear();
+  release_all();
   if (seq_) seq_ = model_.cuda()->new_sequence();
   tokens_.clear();
   n_cached_ = 0;
@@ -64,44 +76,72 @@ void Session::reset() {
 
 // ---------------------------------------------------------------- pages
 
-void Session::make_private(size_t i) {
-  kv::Page* p = pages_[i];
-  if (p->refs.load(std::memory_order_acquire) == 1) return;
+void Session::make_private(int t, size_t i) {
+  std::vector<kv::Page*>& pages = table(t);
+  kv::PagePool& pl = pool(t);
+  kv::Page* p = pages[i];
+  if (p && p->refs.load(std::memory_order_acquire) == 1) return;
   std::vector<kv::Page*> fresh;
-  LLM_CHECK(pool_.acquire(p->type, 1, fresh), LLM_ERR_CONTEXT_FULL, "KV page pool is full (copy-on-write)");
-  std::memcpy(fresh[0]->data, p->data, pool_.page_bytes(p->type));
-  pages_[i] = fresh[0];
-  pool_.release(p);
+  LLM_CHECK(pl.acquire(opts_.kv_type, 1, fresh), LLM_ERR_CONTEXT_FULL, "KV page pool is full (%s)",
+            p ? "copy-on-write" : "window page");
+  if (p) {
+    std::memcpy(fresh[0]->data, p->data, pl.page_bytes(p->type));
+    pl.release(p);
+  }
+  pages[i] = fresh[0];
 }
 
 void Session::reserve_slots(uint32_t from, uint32_t to) {
   const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
   const size_t need = (size_t(to) + pt - 1) / pt;
-  if (need > pages_.size()) {
-    std::vector<kv::Page*> fresh;
-    LLM_CHECK(pool_.acquire(opts_.kv_type, need - pages_.size(), fresh), LLM_ERR_CONTEXT_FULL,
-              "KV page pool is full (%llu of %llu bytes in use)", (unsigned long long)pool_.bytes_in_use(),
-              (unsigned long long)pool_.budget_bytes());
-    pages_.insert(pages_.end(), fresh.begin(), fresh.end());
+  for (int t = 0; t < n_tables(); ++t) {
+    std::vector<kv::Page*>& pages = table(t);
+    if (need > pages.size()) {
+      std::vector<kv::Page*> fresh;
+      LLM_CHECK(pool(t).acquire(opts_.kv_type, need - pages.size(), fresh), LLM_ERR_CONTEXT_FULL,
+                "KV page pool is full (%llu of %llu bytes in use)",
+                (unsigned long long)(pool_.bytes_in_use() + (lpool_ ? lpool_->bytes_in_use() : 0)),
+                (unsigned long long)pool_.budget_bytes());
+      pages.insert(pages.end(), fresh.begin(), fresh.end());
+    }
+    for (size_t i = from / pt; i < need && i < pages.size(); ++i) make_private(t, i);
   }
-  for (size_t i = from / pt; i < need && i < pages_.size(); ++i) make_private(i);
 }
 
 void Session::shrink_pages() {
   const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
   const size_t need = (size_t(n_cached_) + pt - 1) / pt;
-  while (pages_.size() > need) {
-    pool_.release(pages_.back());
-    pages_.pop_back();
+  for (int t = 0; t < n_tables(); ++t) {
+    std::vector<kv::Page*>& pages = table(t);
+    while (pages.size() > need) {
+      if (pages.back()) pool(t).release(pages.back());
+      pages.pop_back();
+    }
+  }
+  if (!lpool_) return;
+  // The windowed layers keep the last W + 1 slots: the next query reads W of
+  // them, and re-running the last token (logits after an eviction) one more.
+  const uint32_t w = model_.kv_local_window();
+  if (n_cached_ > w) local_first_ = std::max(local_first_, n_cached_ - w);
+  local_first_ = std::min(local_first_, n_cached_);
+  for (size_t i = 0; i < lpages_.size() && (i + 1) * pt <= local_first_; ++i) {
+    if (lpages_[i]) lpool_->release(lpages_[i]);
+    lpages_[i] = nullptr;
   }
 }
 
 void Session::kv_row(int32_t layer, int kv, int32_t head, uint32_t slot, float* out) const {
-  const kv::Geometry& g = pool_.geometry();
-  LLM_CHECK(slot < n_cached_ && layer >= 0 && layer < g.n_layers && head >= 0 && head < g.n_kv_heads,
+  const ModelConfig& c = model_.config();
+  LLM_CHECK(slot < n_cached_ && layer >= 0 && layer < c.n_layers && head >= 0 && head < c.n_kv_heads,
             LLM_ERR_INVALID_ARGUMENT, "kv_row out of range");
   if (gpu()) return gpu()->kv_row(*seq_, layer, kv, head, slot, out);
-  kv::load_row(g, pages_[slot / uint32_t(g.page_tokens)], layer, kv, head, int32_t(slot % uint32_t(g.page_tokens)), out);
+  const LayerWeights& w = model_.layers()[size_t(layer)];
+  const bool local = w.kv_group == 1;
+  LLM_CHECK(!local || slot >= local_first_, LLM_ERR_INVALID_ARGUMENT,
+            "kv_row: slot %u has left the window of layer %d", slot, layer);
+  const kv::Geometry& g = local ? lpool_->geometry() : pool_.geometry();
+  const kv::Page* p = (local ? lpages_ : pages_)[slot / uint32_t(g.page_tokens)];
+  kv::load_row(g, p, w.kv_layer, kv, head, int32_t(slot % uint32_t(g.page_tokens)), out);
 }
 
 // ---------------------------------------------------------------- forward
@@ -185,26 +225,25 @@ void Session::forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel) {
     return;
   }
 
-  const size_t pages_before = pages_.size();
   reserve_slots(p0, p0 + uint32_t(n));
   cpu::ForwardArgs a;
   a.tokens = toks;
   a.n = n;
   a.p0 = p0;
-  a.pages = pages_.data();
+  a.pages[0] = pages_.data();
+  a.pages[1] = lpages_.data();
+  a.first_slot[1] = local_first_;
   a.logits = logits_.data();
   if (allow_cancel && opts_.cancel) a.cancel = [this] { return opts_.cancel(opts_.cancel_user) != 0; };
   try {
     cpu::forward(model_, a, scratch_);
   } catch (...) {
-    while (pages_.size() > pages_before) {  // pages taken for this chunk go back
-      pool_.release(pages_.back());
-      pages_.pop_back();
-    }
+    shrink_pages();  // pages taken for this chunk go back
     throw;
   }
   n_cached_ = p0 + uint32_t(n);
   logits_valid_ = true;
+  shrink_pages();  // the windowed layers' pages that every window has left
 }
 
 // ---------------------------------------------------------------- API ops
@@ -329,6 +368,9 @@ void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* sam
 // Removes cached slots [n_keep, n_keep + n_discard) (all < n_cached_):
 // later slots move down and their keys are rotated back by n_discard
 // positions, so the cache equals one computed at the new positions.
+// The windowed layers move only the rows they still hold: a row that had
+// left their window before the eviction does not come back after it (their
+// attention reads from local_first_ on).
 void Session::evict_cached(uint32_t n_keep, uint32_t n_discard) {
   if (n_discard == 0) return;
   if (gpu()) {
@@ -336,30 +378,41 @@ void Session::evict_cached(uint32_t n_keep, uint32_t n_discard) {
     n_cached_ -= n_discard;
     return;
   }
-  const kv::Geometry& g = pool_.geometry();
-  const uint32_t pt = uint32_t(g.page_tokens);
-  const uint32_t first_moved = n_keep + n_discard;
-  // Every page that receives a moved row must be private.
-  for (size_t i = n_keep / pt; i < (size_t(n_cached_ - n_discard) + pt - 1) / pt; ++i) make_private(i);
-  std::vector<float> row(size_t(g.head_dim));
-  const size_t rb = kv::row_bytes(opts_.kv_type, g.head_dim);
-  for (uint32_t src = first_moved; src < n_cached_; ++src) {
-    const uint32_t dst = src - n_discard;
-    const kv::Page* ps = pages_[src / pt];
-    kv::Page* pd = pages_[dst / pt];
-    const int32_t ss = int32_t(src % pt), sd = int32_t(dst % pt);
-    for (int32_t l = 0; l < g.n_layers; ++l) {
+  const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
+  const uint32_t first_moved = n_keep + n_discard, new_len = n_cached_ - n_discard;
+  const uint32_t old_first = local_first_;
+  const uint32_t new_first = old_first <= n_keep ? old_first : old_first <= first_moved ? n_keep : old_first - n_discard;
+  // Every page that receives a moved row must exist and be private.
+  for (int t = 0; t < n_tables(); ++t) {
+    const uint32_t lo = t == 0 ? n_keep : std::max(n_keep, new_first);
+    for (size_t i = lo / pt; i < (size_t(new_len) + pt - 1) / pt; ++i) make_private(t, i);
+  }
+  const ModelConfig& c = model_.config();
+  std::vector<float> row(size_t(c.head_dim));
+  const size_t rb = kv::row_bytes(opts_.kv_type, c.head_dim);
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model_.layers()[size_t(l)];
+    const int t = w.kv_group;
+    const kv::Geometry& g = pool(t).geometry();
+    const std::vector<kv::Page*>& pages = table(t);
+    const int32_t kl = w.kv_layer;
+    for (uint32_t src = t == 0 ? first_moved : std::max(first_moved, old_first); src < n_cached_; ++src) {
+      const uint32_t dst = src - n_discard;
+      const kv::Page* ps = pages[src / pt];
+      kv::Page* pd = pages[dst / pt];
+      const int32_t ss = int32_t(src % pt), sd = int32_t(dst % pt);
       for (int32_t h = 0; h < g.n_kv_heads; ++h) {
-        kv::load_row(g, ps, l, 0, h, ss, row.data());
+        kv::load_row(g, ps, kl, 0, h, ss, row.data());
         cpu::rerotate_key(model_, l, row.data(), -int64_t(n_discard));
-        kv::store_row(g, pd, l, 0, h, sd, row.data());
-        std::memcpy(kv::row_ptr(g, pd, l, 1, h, sd), kv::row_ptr(g, ps, l, 1, h, ss), rb);
+        kv::store_row(g, pd, kl, 0, h, sd, row.data());
+        std::memcpy(kv::row_ptr(g, pd, kl, 1, h, sd), kv::row_ptr(g, ps, kl, 1, h, ss), rb);
         if (kv::has_scales(opts_.kv_type))
-          std::memcpy(kv::scale_ptr(g, pd, l, 1, h, sd), kv::scale_ptr(g, ps, l, 1, h, ss), 2 * sizeof(float));
+          std::memcpy(kv::scale_ptr(g, pd, kl, 1, h, sd), kv::scale_ptr(g, ps, kl, 1, h, ss), 2 * sizeof(float));
       }
     }
   }
-  n_cached_ -= n_discard;
+  n_cached_ = new_len;
+  if (lpool_) local_first_ = new_first;
   shrink_pages();
 }
 
@@ -388,8 +441,12 @@ void Session::stats(llm_session_stats_t* out) const {
   s.n_cached = n_cached_;
   s.n_prompt = n_prompt_;
   s.n_generated = n_generated_;
-  s.kv_pages = uint32_t(pages_.size());
-  for (const kv::Page* p : pages_) s.kv_bytes += pool_.page_bytes(p->type);
+  for (int t = 0; t < n_tables(); ++t)
+    for (const kv::Page* p : (t == 0 ? pages_ : lpages_))
+      if (p) {
+        ++s.kv_pages;
+        s.kv_bytes += (t == 0 ? pool_ : *lpool_).page_bytes(p->type);
+      }
   if (gpu()) {
     s.kv_pages = uint32_t(seq_->n_pages());
     s.kv_bytes = uint64_t(seq_->n_pages()) * gpu()->page_bytes();
@@ -421,8 +478,12 @@ namespace llm {
 
 std::unique_ptr<Session> Session::fork() const {
   std::unique_ptr<Session> f(new Session(model_, opts_));
-  for (kv::Page* p : pages_) kv::PagePool::retain(p);
+  for (const std::vector<kv::Page*>* t : {&pages_, &lpages_})
+    for (kv::Page* p : *t)
+      if (p) kv::PagePool::retain(p);
   f->pages_ = pages_;
+  f->lpages_ = lpages_;
+  f->local_first_ = local_first_;
   if (gpu()) f->seq_ = gpu()->fork(*seq_);
   f->tokens_ = tokens_;
   f->n_cached_ = n_cached_;
@@ -450,6 +511,11 @@ namespace {
 //   u64 XXH3-64 of everything before it
 constexpr uint32_t kSnapMagic = 0x534d4c4cu;  // "LLMS"
 constexpr uint32_t kSnapVersion = 1;
+// Version 2, for models whose sliding-window layers keep their own pages
+// (Model::kv_pool_local()): version 1's layout (n_layers and n_pages are the
+// global layers'), then u32 local_first and the windowed layers' pages
+// [local_first / page_tokens, n_pages), before the checksum.
+constexpr uint32_t kSnapVersionLocal = 2;
 constexpr size_t kSnapHeaderWords = 14;
 
 struct Writer {
@@ -498,7 +564,7 @@ void Session::save(std::vector<uint8_t>& out) const {
   const ModelConfig& c = model_.config();
   Writer w{out};
   w.put(kSnapMagic);
-  w.put(kSnapVersion);
+  w.put(lpool_ ? kSnapVersionLocal : kSnapVersion);
   w.put(uint32_t(kSnapHeaderWords * 4 + 3 * 8));
   const uint32_t flags = (pending_ ? 1u : 0u) | (logits_valid_ ? 2u : 0u) | (sampled_since_prefill_ ? 4u : 0u) |
                          (rng_seeded_ ? 8u : 0u);
@@ -521,24 +587,30 @@ void Session::save(std::vector<uint8_t>& out) const {
     out.resize(at + seq_->n_pages() * gpu()->page_bytes());
     gpu()->read_pages(*seq_, out.data() + at);
   }
-  const uint32_t pt = uint32_t(g.page_tokens), used = n_cached_ % pt;
-  for (size_t i = 0; i < pages_.size(); ++i) {
-    const kv::Page* p = pages_[i];
-    const size_t pb = pool_.page_bytes(p->type);
+  // Writes page p of a group, zeroing the slots outside [keep_from, n_cached_).
+  const uint32_t pt = uint32_t(g.page_tokens);
+  auto put_page = [&](const kv::Geometry& pg, const kv::Page* p, size_t index, uint32_t keep_from) {
     const size_t at = out.size();
-    w.put_bytes(p->data, pb);
-    if (i + 1 < pages_.size() || used == 0) continue;
+    w.put_bytes(p->data, kv::page_bytes(pg, p->type));
     kv::Page view;  // the copy just written, addressed like a page
     view.data = out.data() + at;
     view.type = p->type;
-    const size_t rb = kv::row_bytes(p->type, g.head_dim);
-    for (int32_t l = 0; l < g.n_layers; ++l)
-      for (int kv = 0; kv < 2; ++kv)
-        for (int32_t h = 0; h < g.n_kv_heads; ++h)
-          for (uint32_t slot = used; slot < pt; ++slot) {
-            std::memset(kv::row_ptr(g, &view, l, kv, h, int32_t(slot)), 0, rb);
-            if (kv::has_scales(p->type)) std::memset(kv::scale_ptr(g, &view, l, kv, h, int32_t(slot)), 0, 2 * sizeof(float));
+    const size_t rb = kv::row_bytes(p->type, pg.head_dim);
+    for (uint32_t slot = 0; slot < pt; ++slot) {
+      const uint64_t pos = uint64_t(index) * pt + slot;
+      if (pos >= keep_from && pos < n_cached_) continue;
+      for (int32_t l = 0; l < pg.n_layers; ++l)
+        for (int kv = 0; kv < 2; ++kv)
+          for (int32_t h = 0; h < pg.n_kv_heads; ++h) {
+            std::memset(kv::row_ptr(pg, &view, l, kv, h, int32_t(slot)), 0, rb);
+            if (kv::has_scales(p->type)) std::memset(kv::scale_ptr(pg, &view, l, kv, h, int32_t(slot)), 0, 2 * sizeof(float));
           }
+    }
+  };
+  for (size_t i = 0; i < pages_.size(); ++i) put_page(g, pages_[i], i, 0);
+  if (lpool_) {
+    w.put(local_first_);
+    for (size_t i = local_first_ / pt; i < lpages_.size(); ++i) put_page(lpool_->geometry(), lpages_[i], i, local_first_);
   }
   w.put(uint64_t(XXH3_64bits(out.data(), out.size())));
 }
@@ -548,7 +620,8 @@ std::unique_ptr<Session> Session::restore(const Model& model, const uint8_t* dat
   Reader r{data, size - 8};
   LLM_CHECK(r.get<uint32_t>() == kSnapMagic, LLM_ERR_FORMAT, "not a libllm session snapshot (bad magic)");
   const uint32_t version = r.get<uint32_t>();
-  LLM_CHECK(version == kSnapVersion, LLM_ERR_UNSUPPORTED, "session snapshot version %u is not supported", version);
+  LLM_CHECK(version == kSnapVersion || version == kSnapVersionLocal, LLM_ERR_UNSUPPORTED,
+            "session snapshot version %u is not supported", version);
   uint64_t stored_sum;
   std::memcpy(&stored_sum, data + size - 8, 8);
   LLM_CHECK(XXH3_64bits(data, size - 8) == stored_sum, LLM_ERR_CHECKSUM, "session snapshot checksum mismatch");
@@ -585,15 +658,41 @@ std::unique_ptr<Session> Session::restore(const Model& model, const uint8_t* dat
     LLM_CHECK(t >= 0 && t < c.vocab_size, LLM_ERR_FORMAT, "session snapshot holds token id %d", t);
   s->logits_valid_ = flags & 2u;
   if (s->logits_valid_) std::memcpy(s->logits_.data(), r.take(s->logits_.size() * 4), s->logits_.size() * 4);
+  LLM_CHECK((version == kSnapVersionLocal) == (s->lpool_ != nullptr), LLM_ERR_UNSUPPORTED,
+            "session snapshot version %u does not fit this model's KV layout", version);
   const size_t pb = s->pool_.page_bytes(o.kv_type);
-  LLM_CHECK(r.n - r.off == uint64_t(n_pages) * pb, LLM_ERR_FORMAT, "session snapshot has %zu bytes of KV, expected %llu",
+  LLM_CHECK(r.n - r.off >= uint64_t(n_pages) * pb, LLM_ERR_FORMAT, "session snapshot has %zu bytes of KV, expected %llu",
             r.n - r.off, (unsigned long long)(uint64_t(n_pages) * pb));
+  const uint8_t* global_pages = r.take(size_t(n_pages) * pb);
+  uint32_t local_first = 0;
+  size_t lpb = 0, n_local = 0;
+  if (s->lpool_) {
+    local_first = r.get<uint32_t>();
+    LLM_CHECK(local_first <= n_cached, LLM_ERR_FORMAT, "session snapshot: local_first %u past %u cached tokens",
+              local_first, n_cached);
+    lpb = s->lpool_->page_bytes(o.kv_type);
+    n_local = n_pages - std::min<size_t>(n_pages, local_first / pt);
+  }
+  LLM_CHECK(r.n - r.off == uint64_t(n_local) * lpb, LLM_ERR_FORMAT,
+            "session snapshot has %zu bytes of windowed-layer KV, expected %llu", r.n - r.off,
+            (unsigned long long)(uint64_t(n_local) * lpb));
   if (s->gpu()) {
-    s->gpu()->write_pages(*s->seq_, r.take(size_t(n_pages) * pb), n_pages, n_cached);
+    s->gpu()->write_pages(*s->seq_, global_pages, n_pages, n_cached);
   } else {
     LLM_CHECK(s->pool_.acquire(o.kv_type, n_pages, s->pages_), LLM_ERR_CONTEXT_FULL,
               "KV page pool is full: cannot restore %u pages", n_pages);
-    for (kv::Page* p : s->pages_) std::memcpy(p->data, r.take(pb), pb);
+    for (size_t i = 0; i < n_pages; ++i) std::memcpy(s->pages_[i]->data, global_pages + i * pb, pb);
+    if (s->lpool_) {
+      std::vector<kv::Page*> local;
+      LLM_CHECK(s->lpool_->acquire(o.kv_type, n_local, local), LLM_ERR_CONTEXT_FULL,
+                "KV page pool is full: cannot restore %zu windowed-layer pages", n_local);
+      s->lpages_.assign(n_pages - n_local, nullptr);
+      for (kv::Page* p : local) {
+        std::memcpy(p->data, r.take(lpb), lpb);
+        s->lpages_.push_back(p);
+      }
+      s->local_first_ = local_first;
+    }
   }
   s->n_cached_ = n_cached;
   s->pending_ = pending;

@@ -57,7 +57,9 @@ class Session {
 
   // Reads the cached K (kv = 0) or V (kv = 1) row of (layer, head) at slot, as f32.
   void kv_row(int32_t layer, int kv, int32_t head, uint32_t slot, float* out) const;
-  size_t n_pages() const { return pages_.size(); }
+  size_t n_pages() const { return pages_.size(); }        // pages of the global layers
+  size_t n_local_pages() const;                           // pages the windowed layers still hold
+  uint32_t local_first() const { return local_first_; }   // first slot the windowed layers hold
   const Model& model() const { return model_; }
   const SessionOptions& options() const { return opts_; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
@@ -78,8 +80,18 @@ class Session {
   void make_room(size_t m);
   // Ensures the pages covering slots [from, to) exist and are private.
   void reserve_slots(uint32_t from, uint32_t to);
-  void make_private(size_t page_index);
+  // Page tables: 0 = the global layers (all layers when the model has no
+  // split), 1 = the sliding-window layers (Model::kv_pool_local()), whose
+  // entries before local_first_'s page are null.
+  std::vector<kv::Page*>& table(int t) { return t == 0 ? pages_ : lpages_; }
+  kv::PagePool& pool(int t) const { return t == 0 ? pool_ : *lpool_; }
+  int n_tables() const { return lpool_ ? 2 : 1; }
+  // Ensures page i of table t exists (a fresh one where the window had let
+  // it go) and is private to this session.
+  void make_private(int t, size_t page_index);
+  // Drops pages past n_cached_ and, in table 1, pages wholly before local_first_.
   void shrink_pages();
+  void release_all();
   void evict_cached(uint32_t n_keep, uint32_t n_discard);
   void ensure_logits();
 
@@ -93,6 +105,9 @@ class Session {
   uint32_t capacity_ = 0;  // max tokens held in the cache
   kv::PagePool& pool_;
   std::vector<kv::Page*> pages_;
+  kv::PagePool* lpool_ = nullptr;  // the model's kv_pool_local()
+  std::vector<kv::Page*> lpages_;
+  uint32_t local_first_ = 0;       // the windowed layers hold slots [local_first_, n_cached_)
   std::vector<int32_t> tokens_;
   uint32_t n_cached_ = 0;
   bool pending_ = false;

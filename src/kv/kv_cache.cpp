@@ -27,7 +27,10 @@ size_t page_bytes(const Geometry& g, llm_kv_type t) {
   return bytes;
 }
 
-PagePool::PagePool(const Geometry& g, uint64_t budget_bytes) : g_(g), budget_(budget_bytes) {}
+PagePool::PagePool(const Geometry& g, uint64_t budget_bytes)
+    : g_(g), budget_(std::make_shared<Budget>(budget_bytes)) {}
+
+PagePool::PagePool(const Geometry& g, std::shared_ptr<Budget> budget) : g_(g), budget_(std::move(budget)) {}
 
 PagePool::~PagePool() {
   for (Page* p : all_) {
@@ -45,25 +48,36 @@ bool PagePool::acquire(llm_kv_type t, size_t n, std::vector<Page*>& out) {
   if (n == 0) return true;
   const size_t pb = kv::page_bytes(g_, t);
   std::lock_guard<std::mutex> lk(mu_);
-  if (in_use_ + uint64_t(pb) * n > budget_) return false;
-  auto& fl = free_[int(t)];
-  out.reserve(out.size() + n);
-  all_.reserve(all_.size() + n);
-  for (size_t i = 0; i < n; ++i) {
-    Page* p;
-    if (!fl.empty()) {
-      p = fl.back();
-      fl.pop_back();
-    } else {
-      std::unique_ptr<Page> np(new Page());
-      np->data = static_cast<uint8_t*>(alloc_bytes(pb));  // may throw OOM
-      np->type = t;
-      p = np.release();
-      all_.push_back(p);  // cannot throw: reserved above
+  {
+    std::lock_guard<std::mutex> bl(budget_->mu);  // order: pool, then budget
+    if (budget_->in_use + uint64_t(pb) * n > budget_->limit) return false;
+    budget_->in_use += uint64_t(pb) * n;
+  }
+  size_t taken = 0;
+  try {
+    auto& fl = free_[int(t)];
+    out.reserve(out.size() + n);
+    all_.reserve(all_.size() + n);
+    for (; taken < n; ++taken) {
+      Page* p;
+      if (!fl.empty()) {
+        p = fl.back();
+        fl.pop_back();
+      } else {
+        std::unique_ptr<Page> np(new Page());
+        np->data = static_cast<uint8_t*>(alloc_bytes(pb));  // may throw OOM
+        np->type = t;
+        p = np.release();
+        all_.push_back(p);  // cannot throw: reserved above
+      }
+      p->refs.store(1, std::memory_order_relaxed);
+      in_use_ += pb;
+      out.push_back(p);
     }
-    p->refs.store(1, std::memory_order_relaxed);
-    in_use_ += pb;
-    out.push_back(p);
+  } catch (...) {  // the pages already in `out` stay counted, as before
+    std::lock_guard<std::mutex> bl(budget_->mu);
+    budget_->in_use -= uint64_t(pb) * (n - taken);
+    throw;
   }
   return true;
 }
@@ -71,7 +85,12 @@ bool PagePool::acquire(llm_kv_type t, size_t n, std::vector<Page*>& out) {
 void PagePool::release(Page* p) {
   if (p->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   std::lock_guard<std::mutex> lk(mu_);
-  in_use_ -= kv::page_bytes(g_, p->type);
+  const uint64_t pb = kv::page_bytes(g_, p->type);
+  in_use_ -= pb;
+  {
+    std::lock_guard<std::mutex> bl(budget_->mu);
+    budget_->in_use -= pb;
+  }
   free_[int(p->type)].push_back(p);
 }
 

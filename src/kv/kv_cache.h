@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -42,16 +43,26 @@ struct Page {
   std::atomic<int32_t> refs{0};
 };
 
+// A byte budget that several pools may share (a model whose sliding-window
+// layers keep their own pages: one budget for the whole cache).
+struct Budget {
+  explicit Budget(uint64_t limit_bytes) : limit(limit_bytes) {}
+  const uint64_t limit;
+  std::mutex mu;
+  uint64_t in_use = 0;
+};
+
 class PagePool {
  public:
   PagePool(const Geometry& g, uint64_t budget_bytes);
+  PagePool(const Geometry& g, std::shared_ptr<Budget> budget);
   ~PagePool();
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
   const Geometry& geometry() const { return g_; }
-  uint64_t budget_bytes() const { return budget_; }
-  uint64_t bytes_in_use() const;
+  uint64_t budget_bytes() const { return budget_->limit; }
+  uint64_t bytes_in_use() const;  // this pool's pages (budget_bytes() may be shared)
   size_t page_bytes(llm_kv_type t) const { return kv::page_bytes(g_, t); }
 
   // Takes n pages of type t (refcount 1 each) and appends them to `out`.
@@ -65,7 +76,7 @@ class PagePool {
 
  private:
   Geometry g_;
-  uint64_t budget_;
+  std::shared_ptr<Budget> budget_;
   mutable std::mutex mu_;
   uint64_t in_use_ = 0;               // bytes of pages with refs > 0
   std::vector<Page*> free_[4];         // by llm_kv_type

@@ -259,12 +259,30 @@ void Model::build(const LoadOptions& opts) {
 
   mode_ = opts.reference_math ? cpu::MatmulMode::Reference : cpu::MatmulMode::Fast;
   pool_ = std::make_unique<ThreadPool>(opts.n_threads);
+  // KV pages: the global layers' and, when the model also has sliding-window
+  // layers, theirs in a second pool (same budget), so that pages only those
+  // layers used can go once every window has left them.
+  int32_t n_local = 0;
+  for (const LayerWeights& l : layers_) n_local += l.window > 0 ? 1 : 0;
+  const bool split = opts.kv_prune_windows && n_local > 0 && n_local < c.n_layers;
+  int32_t next[2] = {0, 0};
+  for (LayerWeights& l : layers_) {
+    l.kv_group = split && l.window > 0 ? 1 : 0;
+    l.kv_layer = next[l.kv_group]++;
+    if (l.kv_group == 1) kv_local_window_ = std::max(kv_local_window_, uint32_t(l.window));
+  }
   kv::Geometry g;
-  g.n_layers = c.n_layers;
+  g.n_layers = next[0];
   g.n_kv_heads = c.n_kv_heads;
   g.head_dim = c.head_dim;
   g.page_tokens = int32_t(opts.kv_page_tokens ? opts.kv_page_tokens : 16);
-  kv_pool_ = std::make_unique<kv::PagePool>(g, opts.kv_budget_bytes ? opts.kv_budget_bytes : default_kv_budget_bytes());
+  auto budget = std::make_shared<kv::Budget>(opts.kv_budget_bytes ? opts.kv_budget_bytes : default_kv_budget_bytes());
+  kv_pool_ = std::make_unique<kv::PagePool>(g, budget);
+  if (split) {
+    kv::Geometry gl = g;
+    gl.n_layers = next[1];
+    kv_pool_local_ = std::make_unique<kv::PagePool>(gl, budget);
+  }
 
   // Device: CUDA on request (errors propagate), or under AUTO when a device
   // exists (a failure there logs a warning and stays on the CPU). A block

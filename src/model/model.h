@@ -42,6 +42,11 @@ struct LayerWeights {
   // (base, linear scale and frequency factors folded in); [rope_dims / 2].
   const float* inv_freq = nullptr;
   int32_t window = 0;                // attend to the last `window` positions (0 = all)
+  // Where its K/V rows live: group 0 (kv_pool()) or 1 (kv_pool_local(), the
+  // sliding-window layers of a model that also has global ones), and its
+  // layer index within that group's pages.
+  int32_t kv_group = 0;
+  int32_t kv_layer = 0;
 };
 
 struct LoadOptions {
@@ -52,6 +57,9 @@ struct LoadOptions {
   bool huge_pages = true;       // CPU: copy the matrices into a HugePageBlock (Linux)
   uint64_t kv_budget_bytes = 0;
   uint32_t kv_page_tokens = 16;
+  // Keep the sliding-window layers' K/V in their own pool and drop what every
+  // window has left (false: one pool, every page kept; for tests).
+  bool kv_prune_windows = true;
   llm_progress_fn progress = nullptr;
   void* progress_user = nullptr;
   Logger log;
@@ -74,6 +82,12 @@ class Model {
   cuda::Backend* cuda() const { return cuda_.get(); }
   ThreadPool* pool() const { return pool_.get(); }
   kv::PagePool& kv_pool() const { return *kv_pool_; }
+  // The pages of the sliding-window layers when the model mixes windowed and
+  // global layers (Gemma 2/3), else nullptr. A session keeps only the pages
+  // of this pool that the last kv_local_window() positions touch. Both pools
+  // draw on one byte budget.
+  kv::PagePool* kv_pool_local() const { return kv_pool_local_.get(); }
+  uint32_t kv_local_window() const { return kv_local_window_; }
   const Logger& log() const { return log_; }
   cpu::MatmulMode matmul_mode() const { return mode_; }
 
@@ -107,7 +121,8 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
   bool vocab_only_ = false;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<kv::PagePool> kv_pool_;
+  std::unique_ptr<kv::PagePool> kv_pool_, kv_pool_local_;
+  uint32_t kv_local_window_ = 0;
   Logger log_;
   cpu::MatmulMode mode_ = cpu::MatmulMode::Fast;
   cpu::WeightView tok_embd_, output_;

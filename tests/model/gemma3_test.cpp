@@ -22,6 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/session.h"
+#include "model/model.h"
 #include "reference.h"
 
 namespace {
@@ -155,6 +157,43 @@ TEST_F(Gemma3, EndOfTurnIsEndOfGeneration) {
   EXPECT_EQ(llm_token_is_eog(model_, ids[0]), 1);
   EXPECT_EQ(llm_token_is_eog(model_, 1), 1);    // <eos>
   EXPECT_EQ(llm_token_is_eog(model_, 506), 0);  // " the"
+}
+
+// KV memory at 8192 tokens: the 15 local layers keep only the pages their
+// 512-token window touches, so the session holds about a fifth of what a
+// cache with every layer global would (at most 30% required), and its logits
+// are bit-identical to a cache that keeps every page.
+TEST_F(Gemma3, LongContextKeepsAFifthOfTheCacheWithTheSameLogits) {
+  const std::string path = gemma_path();
+  auto load = [&](bool prune) {
+    llm::LoadOptions o;
+    o.kv_prune_windows = prune;
+    return llm::Model::load(path, o);
+  };
+  const std::unique_ptr<llm::Model> pruned = load(true), full = load(false);
+  // 8192 tokens of text: the long prompt of the extra cases, repeated.
+  const std::vector<Case> cases = read_cases(std::string(LLM_TEST_DATA_DIR) + "/gemma3/extra_greedy.json");
+  const std::vector<int32_t>& text = cases.back().prompt_ids;
+  std::vector<int32_t> toks = {text[0]};
+  while (toks.size() < 8192) toks.push_back(text[1 + (toks.size() - 1) % (text.size() - 1)]);
+  llm::SessionOptions so;
+  llm::Session a(*pruned, so), b(*full, so);
+  a.prefill(toks.data(), toks.size());
+  b.prefill(toks.data(), toks.size());
+  const int32_t n_vocab = pruned->config().vocab_size;
+  EXPECT_EQ(0, std::memcmp(a.logits(), b.logits(), size_t(n_vocab) * sizeof(float)));
+  for (int k = 0; k < 4; ++k) {  // and a few decode steps on top
+    EXPECT_EQ(a.decode_step(nullptr), b.decode_step(nullptr));
+    EXPECT_EQ(0, std::memcmp(a.logits(), b.logits(), size_t(n_vocab) * sizeof(float))) << "step " << k;
+  }
+  llm_session_stats_t sa, sb;
+  sa.struct_size = sb.struct_size = sizeof sa;
+  a.stats(&sa);
+  b.stats(&sb);
+  const double ratio = double(sa.kv_bytes) / double(sb.kv_bytes);
+  std::printf("KV bytes at %u tokens: %llu pruned, %llu with every layer global (%.3f)\n", sa.n_cached,
+              (unsigned long long)sa.kv_bytes, (unsigned long long)sb.kv_bytes, ratio);
+  EXPECT_LE(ratio, 0.30);
 }
 
 }  // namespace

@@ -38,7 +38,8 @@ void rerotate_key(const Model& m, int32_t layer, float* key, int64_t delta) {
 void forward(const Model& m, const ForwardArgs& args, ForwardScratch& s) {
   const ModelConfig& c = m.config();
   const BlockSpec& spec = c.spec;
-  const kv::Geometry& g = m.kv_pool().geometry();
+  const kv::Geometry* geoms[2] = {&m.kv_pool().geometry(),
+                                  m.kv_pool_local() ? &m.kv_pool_local()->geometry() : nullptr};
   ThreadPool* pool = m.pool();
   const MatmulMode mode = m.matmul_mode();
   const int64_t n = args.n, dim = c.dim, hd = c.head_dim, hidden = c.hidden_dim;
@@ -73,6 +74,8 @@ void forward(const Model& m, const ForwardArgs& args, ForwardScratch& s) {
     if (args.cancel && args.cancel()) fail(LLM_ERR_CANCELLED, "prefill cancelled");
     const LayerWeights& w = m.layers()[size_t(l)];
     const Rope rope = rope_of(m, w);
+    const kv::Geometry& g = *geoms[w.kv_group];
+    kv::Page* const* pages = args.pages[w.kv_group];
     // --- attention
     for_rows(n, [&](int64_t r0, int64_t r1) {
       if (l > 0) {  // the previous layer's feed-forward residual, fused with this norm
@@ -100,18 +103,19 @@ void forward(const Model& m, const ForwardArgs& args, ForwardScratch& s) {
       cpu::rope(k, r1 - r0, c.n_kv_heads, rope, s.pos.data() + r0);
       for (int64_t i = r0; i < r1; ++i) {  // each row its own slot: no two threads write the same bytes
         const uint32_t p = p0 + uint32_t(i);
-        kv::Page* page = args.pages[p / uint32_t(g.page_tokens)];
+        kv::Page* page = pages[p / uint32_t(g.page_tokens)];
         const int32_t slot = int32_t(p % uint32_t(g.page_tokens));
         for (int32_t h = 0; h < c.n_kv_heads; ++h) {
-          kv::store_row(g, page, l, 0, h, slot, s.k.data() + i * kv_dim + h * hd);
-          kv::store_row(g, page, l, 1, h, slot, s.v.data() + i * kv_dim + h * hd);
+          kv::store_row(g, page, w.kv_layer, 0, h, slot, s.k.data() + i * kv_dim + h * hd);
+          kv::store_row(g, page, w.kv_layer, 1, h, slot, s.v.data() + i * kv_dim + h * hd);
         }
       }
     });
     AttentionArgs a;
     a.geom = &g;
-    a.pages = args.pages;
-    a.layer = l;
+    a.pages = pages;
+    a.layer = w.kv_layer;
+    a.first = args.first_slot[w.kv_group];
     a.n_heads = c.n_heads;
     a.q = s.q.data();
     a.n = n;

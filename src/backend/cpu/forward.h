@@ -31,7 +31,11 @@ struct ForwardArgs {
   const int32_t* tokens = nullptr;  // [n]
   int64_t n = 0;
   uint32_t p0 = 0;                  // position (= cache slot) of tokens[0]
-  kv::Page* const* pages = nullptr;  // page table covering slots [0, p0 + n), private where written
+  // Page tables of the model's two KV groups (LayerWeights::kv_group; the
+  // second only when Model::kv_pool_local() exists), covering slots
+  // [first_slot[g], p0 + n) and private where written.
+  kv::Page* const* pages[2] = {nullptr, nullptr};
+  uint32_t first_slot[2] = {0, 0};  // slots before it are not held (attention starts there at the earliest)
   float* logits = nullptr;          // [vocab]: the last row's
   std::function<bool()> cancel;     // polled between layers; true -> Error(LLM_ERR_CANCELLED)
 };

@@ -189,7 +189,7 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
       const int32_t kvh = int32_t(task % g.n_kv_heads);
       const float* q0 = a.q + i * q_stride + int64_t(kvh) * group * hd;  // first query head of the group
       const int64_t len = a.p0 + i + 1;
-      const int64_t lo = a.window > 0 ? std::max<int64_t>(0, len - a.window) : 0;  // first slot attended
+      const int64_t lo = std::min(len - 1, std::max(a.first, a.window > 0 ? len - a.window : 0));  // first slot attended
       auto finish_scores = [&](float* att_j) {  // softcap, then softmax over [lo, len)
         if (a.softcap > 0) softcap(att_j + lo, len - lo, a.softcap);
       };

@@ -59,6 +59,7 @@ struct AttentionArgs {
   int64_t p0 = 0;            // position of query row 0; row i attends to cache slots [0, p0 + i]
   float* out = nullptr;      // [n, n_heads * head_dim]
   int32_t window = 0;        // > 0: row i attends to slots [p0 + i - window + 1, p0 + i] only
+  int64_t first = 0;         // slots before this one are not held: never attended
   float scale = 0.0f;        // q.k scale (0 = 1 / sqrt(head_dim))
   float softcap = 0.0f;      // > 0: score = softcap * tanh(score / softcap)
 };
