@@ -125,7 +125,10 @@ if have fuzz; then
   mkdir -p "$FUZZ_DIR/fuzz-logs" "$FUZZ_DIR/fuzz-artifacts"
   run_one() {
     local t=$1 dict=()
-    case "$t" in tokenize_*|llama2c_tokenizer) dict=(-dict="$root/tests/fuzz/tokenize.dict") ;; esac
+    case "$t" in
+      tokenize_*|llama2c_tokenizer) dict=(-dict="$root/tests/fuzz/tokenize.dict") ;;
+      gguf) dict=(-dict="$root/tests/fuzz/gguf.dict") ;;
+    esac
     mkdir -p "$FUZZ_DIR/fuzz-corpus/$t" "$FUZZ_DIR/fuzz-seeds/$t"
     # Leak checking per input is on (libFuzzer's default with ASan). -timeout
     # makes a hang a crash; -rss_limit_mb and -malloc_limit_mb make an

@@ -335,6 +335,12 @@ void seeds_gguf(const Tiny& t) {
   g.vocab(small_gpt2_vocab(600));
   write_seed("gguf", "vocab-gpt2.gguf", {1}, g.build());
   write_seed("gguf", "stories260K-q4_0.gguf", {0}, read_file(g_models + "/stories260K-q4_0.gguf"));
+  // One tiny model per family (tests/data/families): the metadata keys and
+  // tensors of every block spec (windows, softcaps, RoPE factors and bases,
+  // biases, QK-norm, post-norms, fused projections, partial rotary).
+  for (const char* family : {"llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"})
+    write_seed("gguf", std::string("family-") + family + ".gguf", {0},
+               read_file(std::string(LLM_TEST_DATA_DIR) + "/families/" + family + ".gguf"));
 }
 
 void seeds_llm_file(const Tiny& t) {
