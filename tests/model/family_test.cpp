@@ -12,12 +12,18 @@
 #include <llm.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "engine/session.h"
+#include "format/gguf.h"
+#include "format/llm_file.h"
+#include "model/model.h"
 
 namespace {
 
@@ -101,5 +107,46 @@ TEST_P(Family, LogitsAndGreedyMatchLlamaCpp) {
 INSTANTIATE_TEST_SUITE_P(LlamaCpp, Family,
                          ::testing::Values("llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"),
                          [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The block spec survives the native format: each family's GGUF written as
+// .llm (format/llm_file.h) loads with the same spec and gives bit-identical
+// logits.
+
+namespace {
+
+TEST_P(Family, SpecSurvivesTheLlmFormat) {
+  const std::string name = GetParam();
+  const std::string gguf = data_dir() + name + ".gguf";
+  const std::string out = std::string(LLM_TEST_TMPDIR) + "/family-" + name + ".llm";
+  llm::write_llm(llm::read_gguf(gguf, false, nullptr), out);
+  llm::LoadOptions o;
+  o.n_threads = 1;
+  o.huge_pages = false;
+  const std::unique_ptr<llm::Model> a = llm::Model::load(gguf, o), b = llm::Model::load(out, o);
+  const llm::BlockSpec &sa = a->spec(), &sb = b->spec();
+  EXPECT_EQ(a->config().arch, b->config().arch);
+  EXPECT_EQ(int(sa.rope_kind), int(sb.rope_kind));
+  EXPECT_EQ(sa.rope_dims, sb.rope_dims);
+  EXPECT_EQ(sa.window, sb.window);
+  EXPECT_EQ(sa.attn_softcap, sb.attn_softcap);
+  EXPECT_EQ(sa.final_softcap, sb.final_softcap);
+  EXPECT_EQ(sa.rope_base_local, sb.rope_base_local);
+  EXPECT_EQ(sa.embed_scale, sb.embed_scale);
+  EXPECT_EQ(sa.qk_norm, sb.qk_norm);
+  EXPECT_EQ(sa.post_norms, sb.post_norms);
+  EXPECT_EQ(sa.rope_factors, sb.rope_factors);
+  EXPECT_EQ(int(sa.act), int(sb.act));
+  llm::Session s1(*a, llm::SessionOptions()), s2(*b, llm::SessionOptions());
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 40; ++i) toks.push_back(3 + (i * 37) % 500);
+  s1.prefill(toks.data(), toks.size());
+  s2.prefill(toks.data(), toks.size());
+  const int32_t nv = a->config().vocab_size;
+  EXPECT_EQ(std::vector<float>(s1.logits(), s1.logits() + nv), std::vector<float>(s2.logits(), s2.logits() + nv));
+  std::remove(out.c_str());
+}
 
 }  // namespace
