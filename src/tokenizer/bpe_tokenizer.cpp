@@ -42,6 +42,7 @@ class BpeTokenizer final : public Tokenizer {
     std::vector<Symbol> syms;
     std::vector<Bigram> heap;
     std::string mapped;
+    std::vector<size_t> ends;  // pre-token ends (multi-rule pre-tokenizers)
   };
 
   void encode_raw(std::string_view text, Scratch& sc, std::vector<int32_t>& out) const;
@@ -50,6 +51,7 @@ class BpeTokenizer final : public Tokenizer {
 
   PreTokenizer pre_ = PreTokenizer::Gpt2;
   bool ignore_merges_ = false;
+  bool single_pattern_ = true;  // pretoken_end() walks the split
   PieceMap all_;     // every token's text
   PairMap merges_;   // (left id, right id) -> (rank, merged id)
   int32_t byte_ids_[256];
@@ -64,6 +66,7 @@ BpeTokenizer::BpeTokenizer(VocabData v) : Tokenizer(std::move(v)), instance_(tok
   if (!known) {
     warning_ = "tokenizer: unknown pre-tokenizer '" + vocab_.pre + "', using the GPT-2 default split";
   }
+  single_pattern_ = is_single_pattern(pre_);
 
   const size_t n = vocab_.tokens.size();
   all_.reserve(n);
@@ -154,8 +157,16 @@ void BpeTokenizer::encode_raw(std::string_view text, Scratch& sc, std::vector<in
 
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   const size_t n = text.size();
+  // Single-pattern pre-tokenizers are walked with pretoken_end(); the
+  // others are split first (piece ends into the scratch).
+  if (!single_pattern_) {
+    sc.ends.clear();
+    pretoken_ends(pre_, s, n, sc.ends);
+  }
+  const bool single = single_pattern_;
+  size_t piece = 0;
   for (size_t i = 0; i < n;) {
-    const size_t e = pretoken_end(pre_, s, n, i);
+    const size_t e = single ? pretoken_end(pre_, s, n, i) : sc.ends[piece++];
     const uint8_t* w = s + i;
     const size_t wn = e - i;
     i = e;

@@ -448,6 +448,44 @@ const SplitCase kSplitCases[] = {
     {PreTokenizer::Tekken, "don't   stop!!\n", {"don", "'t", "  ", " stop", "!!\n"}},
     {PreTokenizer::Tekken, "x\u3000\u3000y\u00a0z", {"x", "\u3000", "\u3000y", "\u00a0z"}},
     {PreTokenizer::Tekken, "ſo 'ſ", {"ſo", " '", "ſ"}},
+    // The Hugging Face pre-tokenizer sequences behind llama.cpp's names, from
+    // the tokenizers package (0.23; Split "isolated", Digits, Punctuation,
+    // ByteLevel) on the patterns in llama-vocab.cpp. Falcon's digit split
+    // runs after the byte-level mapping, so it cuts characters whose UTF-8
+    // has the byte BD (½) or B3 (³).
+    {PreTokenizer::Qwen35, "e\u0301te caf\u00E9", {"e\u0301te", " caf\u00E9"}},
+    {PreTokenizer::Qwen35, "x 12 y", {"x", " ", "1", "2", " y"}},
+    {PreTokenizer::Qwen35, "\u0301a!\u0301", {"\u0301a", "!\u0301"}},
+    {PreTokenizer::Qwen35, "Gr\u00F6\u00DFe 3\u00BD", {"Gr\u00F6\u00DFe", " ", "3", "\u00BD"}},
+    {PreTokenizer::Qwen35, "don't   stop!!\n", {"don", "'t", "  ", " stop", "!!\n"}},
+    {PreTokenizer::Qwen35, "\u1780\u17B6\u1793\u17CB\u178F\u17C2", {"\u1780\u17B6\u1793\u17CB\u178F\u17C2"}},
+    {PreTokenizer::Starcoder, "ied 4 \u00BD months", {"ied", " ", "4", " ", "\u00BD", " months"}},
+    {PreTokenizer::Starcoder, "x 12345 y", {"x", " ", "1", "2", "3", "4", "5", " y"}},
+    {PreTokenizer::Starcoder, "a1b", {"a", "1", "b"}},
+    {PreTokenizer::Starcoder, "don't  33\n", {"don", "'t", "  ", "3", "3", "\n"}},
+    {PreTokenizer::Falcon, "\n =", {"\n ", "="}},
+    {PreTokenizer::Falcon, "3333 33333", {"333", "3", " ", "333", "33"}},
+    {PreTokenizer::Falcon, "\u043D\u0435\u0449\u043E", {"\xD0", "\xBD", "\xD0\xB5\xD1\x89\xD0", "\xBE"}},
+    {PreTokenizer::Falcon, "Hello, y'all!", {"Hello", ",", " y", "'", "all", "!"}},
+    {PreTokenizer::Falcon, "a$b+c<=>d", {"a", "$", "b", "+", "c", "<=>", "d"}},
+    {PreTokenizer::Falcon, "12\u00BD345", {"\x31\x32", "\xC2", "\xBD", "\x33\x34\x35"}},
+    {PreTokenizer::Falcon, "\u6211\u60F3", {"\xE6\x88\x91\xE6\x83", "\xB3"}},
+    {PreTokenizer::DeepseekLlm, "x\u2009sy", {"x", "\u2009", "sy"}},
+    {PreTokenizer::DeepseekLlm, "a \u3000b", {"a", " ", "\u3000", "b"}},
+    {PreTokenizer::DeepseekLlm, "Hello, world!\n", {"Hello", ",", " world", "!", "\n"}},
+    {PreTokenizer::DeepseekLlm, "  trailing  ", {" ", " trailing", "  "}},
+    {PreTokenizer::DeepseekLlm, "\u043D\u0435\u0449\u043E 123 \u4E2D\u6587",
+     {"\u043D\u0435\u0449\u043E", " ", "123", " ", "\u4E2D\u6587"}},
+    {PreTokenizer::DeepseekLlm, "3.14", {"3", ".", "14"}},
+    {PreTokenizer::DeepseekCoder, "Hello, world!", {"Hello", ",", " world", "!"}},
+    {PreTokenizer::DeepseekCoder, "x 12 \u00BD", {"x", " ", "1", "2", " ", "\u00BD"}},
+    {PreTokenizer::DeepseekCoder, "\u4E2D\u6587 \u5B57\u7B26", {"\u4E2D\u6587", " ", "\u5B57\u7B26"}},
+    {PreTokenizer::DeepseekCoder, "a\r\nb", {"a", "\r", "\n", "b"}},
+    {PreTokenizer::DeepseekCoder, "\u2009s", {"\u2009", "s"}},
+    {PreTokenizer::Gemma4, "a\u2581b\n\nc", {"a\u2581b", "\n\n", "c"}},
+    {PreTokenizer::Gemma4, "\n\n", {"\n\n"}},
+    {PreTokenizer::Gemma4, "x\n", {"x", "\n"}},
+    {PreTokenizer::Gemma4, "\u2581\u2581", {"\u2581\u2581"}},
 };
 
 TEST(PreTokenizer, MatchesTheReferenceRegexes) {
@@ -466,13 +504,46 @@ TEST(PreTokenizer, NamesMapToPatterns) {
   EXPECT_EQ(pre_tokenizer_from_name("qwen2", &known, &ignore), PreTokenizer::Qwen2);
   EXPECT_FALSE(ignore);
   EXPECT_EQ(pre_tokenizer_from_name("tekken", &known, &ignore), PreTokenizer::Tekken);
+  const struct {
+    const char* name;
+    PreTokenizer pre;
+  } more[] = {{"qwen35", PreTokenizer::Qwen35},           {"starcoder", PreTokenizer::Starcoder},
+              {"refact", PreTokenizer::Starcoder},        {"command-r", PreTokenizer::Starcoder},
+              {"falcon", PreTokenizer::Falcon},           {"deepseek-llm", PreTokenizer::DeepseekLlm},
+              {"deepseek-coder", PreTokenizer::DeepseekCoder}, {"mpt", PreTokenizer::Gpt2},
+              {"gemma4", PreTokenizer::Gemma4}};
+  for (const auto& m : more) {
+    EXPECT_EQ(pre_tokenizer_from_name(m.name, &known, &ignore), m.pre) << m.name;
+    EXPECT_TRUE(known) << m.name;
+    EXPECT_FALSE(ignore) << m.name;
+  }
   EXPECT_EQ(pre_tokenizer_from_name("whatever", &known, &ignore), PreTokenizer::Gpt2);
   EXPECT_FALSE(known);
 }
 
+// pretoken_end() walks the single-pattern pre-tokenizers exactly as the
+// whole split does.
+TEST(PreTokenizer, PretokenEndFollowsTheSplit) {
+  const std::string text = "Hello, y'all!  3333 \u00BD\u4E2D\u6587\n\n x\u2581y";
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  for (PreTokenizer p : {PreTokenizer::Gpt2, PreTokenizer::Llama3, PreTokenizer::Qwen2, PreTokenizer::Tekken,
+                         PreTokenizer::Qwen35, PreTokenizer::Starcoder, PreTokenizer::Gemma4}) {
+    ASSERT_TRUE(is_single_pattern(p));
+    std::vector<std::string> walked;
+    for (size_t i = 0; i < text.size();) {
+      const size_t e = pretoken_end(p, s, text.size(), i);
+      walked.push_back(text.substr(i, e - i));
+      i = e;
+    }
+    EXPECT_EQ(walked, pretokenize(p, text)) << pre_tokenizer_name(p);
+  }
+}
+
 TEST(PreTokenizer, InvalidUtf8NeverStallsAndCoversEveryByte) {
   std::mt19937 rng(99);
-  for (PreTokenizer p : {PreTokenizer::Gpt2, PreTokenizer::Llama3, PreTokenizer::Qwen2, PreTokenizer::Tekken}) {
+  for (PreTokenizer p : {PreTokenizer::Gpt2, PreTokenizer::Llama3, PreTokenizer::Qwen2, PreTokenizer::Tekken,
+                         PreTokenizer::Qwen35, PreTokenizer::Starcoder, PreTokenizer::Falcon,
+                         PreTokenizer::DeepseekLlm, PreTokenizer::DeepseekCoder, PreTokenizer::Gemma4}) {
     for (int iter = 0; iter < 500; ++iter) {
       std::string s;
       const int len = int(rng() % 40);
