@@ -56,7 +56,8 @@ class BpeTokenizer final : public Tokenizer {
   PairMap merges_;   // (left id, right id) -> (rank, merged id)
   int32_t byte_ids_[256];
   tok::PieceTable pieces_;
-  tok::SpecialMatcher specials_;
+  tok::SpecialMatcher specials_;       // with parse_special
+  tok::SpecialMatcher user_defined_;  // without it
   uint64_t instance_;
 };
 
@@ -142,14 +143,15 @@ BpeTokenizer::BpeTokenizer(VocabData v) : Tokenizer(std::move(v)), instance_(tok
   }
   pieces_.offsets.push_back(uint32_t(pieces_.bytes.size()));
   specials_.build(vocab_.tokens, tok::special_token_ids(vocab_));
+  user_defined_.build(vocab_.tokens, tok::user_defined_ids(vocab_));
 }
 
 void BpeTokenizer::encode(std::string_view text, bool add_bos, bool parse_special, std::vector<int32_t>& out) const {
   if (add_bos && vocab_.bos >= 0) out.push_back(vocab_.bos);
   Scratch sc;
   tok::split_special(
-      specials_, text, parse_special, [&](std::string_view raw) { encode_raw(raw, sc, out); },
-      [&](int32_t id) { out.push_back(id); });
+      parse_special ? specials_ : user_defined_, text,
+      [&](std::string_view raw) { encode_raw(raw, sc, out); }, [&](int32_t id) { out.push_back(id); });
 }
 
 void BpeTokenizer::encode_raw(std::string_view text, Scratch& sc, std::vector<int32_t>& out) const {

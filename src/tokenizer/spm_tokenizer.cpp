@@ -61,7 +61,8 @@ class SpmTokenizer final : public Tokenizer {
   std::vector<float> scores_;  // per id; NaN replaced so that the heap order is total
   int32_t byte_ids_[256];
   tok::PieceTable pieces_;
-  tok::SpecialMatcher specials_;
+  tok::SpecialMatcher specials_;       // with parse_special
+  tok::SpecialMatcher user_defined_;  // without it
   bool split_words_ = false;  // no mergeable piece contains "x▁" with x != '▁'
   uint64_t instance_;         // owner id in the per-thread word cache
 };
@@ -119,6 +120,7 @@ SpmTokenizer::SpmTokenizer(VocabData v) : Tokenizer(std::move(v)), instance_(tok
   }
   pieces_.offsets.push_back(uint32_t(pieces_.bytes.size()));
   specials_.build(vocab_.tokens, tok::special_token_ids(vocab_));
+  user_defined_.build(vocab_.tokens, tok::user_defined_ids(vocab_));
   split_words_ = !any_piece_joins_word_and_space();
 }
 
@@ -140,7 +142,8 @@ void SpmTokenizer::encode(std::string_view text, bool add_bos, bool parse_specia
   if (add_bos && vocab_.bos >= 0) out.push_back(vocab_.bos);
   Scratch sc;
   tok::split_special(
-      specials_, text, parse_special, [&](std::string_view raw) { encode_segment(raw, sc, out); },
+      parse_special ? specials_ : user_defined_, text,
+      [&](std::string_view raw) { encode_segment(raw, sc, out); },
       [&](int32_t id) { out.push_back(id); });
 }
 

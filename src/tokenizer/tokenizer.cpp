@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer_internal.h"
@@ -26,35 +27,62 @@ int parse_byte_token(std::string_view t) {
 }
 
 void SpecialMatcher::build(const std::vector<std::string>& tokens, const std::vector<int32_t>& ids) {
-  std::vector<std::pair<uint8_t, uint32_t>> first_len;  // (first byte, length) of every special
+  // (first byte, length, last byte) of every special
+  std::vector<std::pair<std::pair<uint8_t, uint32_t>, uint8_t>> keys;
   map_.reserve(ids.size());
   count_ = 0;
+  second_bytes_.assign(256 * 4, 0);
   for (int32_t id : ids) {
     const std::string& t = tokens[size_t(id)];
     if (t.empty() || t.size() > UINT32_MAX) continue;
     map_.insert(t, id);
-    first_len.emplace_back(uint8_t(t[0]), uint32_t(t.size()));
+    keys.push_back({{uint8_t(t[0]), uint32_t(t.size())}, uint8_t(t.back())});
+    if (t.size() > 1) add(&second_bytes_[size_t(uint8_t(t[0])) * 4], uint8_t(t[1]));
     ++count_;
   }
-  std::sort(first_len.begin(), first_len.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first < b.first : a.second > b.second;
+  // By first byte, then longest first.
+  std::sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) {
+    return a.first.first != b.first.first ? a.first.first < b.first.first : a.first.second > b.first.second;
   });
-  first_len.erase(std::unique(first_len.begin(), first_len.end()), first_len.end());
   lengths_.clear();
+  last_bytes_.clear();
   size_t k = 0;
   for (int b = 0; b < 256; ++b) {
     len_begin_[b] = uint32_t(lengths_.size());
-    for (; k < first_len.size() && first_len[k].first == b; ++k) lengths_.push_back(first_len[k].second);
+    for (; k < keys.size() && keys[k].first.first == b; ++k) {
+      if (lengths_.size() == len_begin_[b] || lengths_.back() != keys[k].first.second) {
+        lengths_.push_back(keys[k].first.second);
+        last_bytes_.insert(last_bytes_.end(), 4, 0);
+      }
+      add(&last_bytes_[last_bytes_.size() - 4], keys[k].second);
+    }
   }
   len_begin_[256] = uint32_t(lengths_.size());
+  only_first_ = -1;
+  if (!keys.empty() && keys.front().first.first == keys.back().first.first) only_first_ = keys.front().first.first;
 }
 
 bool SpecialMatcher::find(std::string_view text, size_t from, size_t* pos, size_t* len, int32_t* id) const {
-  for (size_t i = from; i < text.size(); ++i) {
-    const uint8_t b = uint8_t(text[i]);
-    for (uint32_t k = len_begin_[b]; k < len_begin_[b + 1]; ++k) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t size = text.size();
+  for (size_t i = from; i < size; ++i) {
+    if (only_first_ >= 0) {
+      const void* hit = std::memchr(s + i, only_first_, size - i);
+      if (!hit) return false;
+      i = size_t(static_cast<const uint8_t*>(hit) - s);
+    }
+    const uint8_t b = s[i];
+    uint32_t k = len_begin_[b];
+    const uint32_t ke = len_begin_[b + 1];
+    if (k == ke) continue;
+    // Without a possible second byte only a one-byte special can start here.
+    if (i + 1 == size || !has(&second_bytes_[size_t(b) * 4], s[i + 1])) {
+      if (lengths_[ke - 1] != 1) continue;
+      k = ke - 1;
+    }
+    for (; k < ke; ++k) {
       const size_t n = lengths_[k];
-      if (n > text.size() - i) continue;
+      if (n > size - i || !has(&last_bytes_[size_t(k) * 4], s[i + n - 1])) continue;
       const int32_t found = map_.find(text.data() + i, n);
       if (found >= 0) {
         *pos = i;
@@ -90,6 +118,32 @@ std::vector<int32_t> special_token_ids(const VocabData& v) {
   }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+bool is_end_text(std::string_view text) {
+  // The texts llama.cpp treats as end of generation (llama-vocab.cpp).
+  static const char* const kEndTexts[] = {
+      "<|eot_id|>",  "<|im_end|>",     "<|end|>",          "<|return|>",      "<|call|>",
+      "<|flush|>",   "<|calls|>",      "<end_of_turn>",    "<|endoftext|>",   "</s>",
+      "<|eom_id|>",  "<EOT>",          "_<EOT>",           "[EOT]",           "[EOS]",
+      "<|end_of_text|>", "<end_of_utterance>", "<eos>",    "<turn|>",         "<|tool_response>",
+      "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",  // <｜end▁of▁sentence｜>
+      "[e~[",
+  };
+  for (const char* end : kEndTexts) {
+    if (text == end) return true;
+  }
+  return false;
+}
+
+std::vector<int32_t> user_defined_ids(const VocabData& v) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < int32_t(v.tokens.size()); ++id) {
+    // llama.cpp makes a user-defined end marker (Phi-3's "</s>") a control
+    // token, so its text is ordinary text without parse_special.
+    if (token_type(v, id) == TokenType::UserDefined && !is_end_text(v.tokens[size_t(id)])) ids.push_back(id);
+  }
   return ids;
 }
 
@@ -132,17 +186,13 @@ std::unique_ptr<Tokenizer> Tokenizer::create(const VocabData& vocab) {
   }
 
   // End of generation: EOS, EOT and the well-known end markers present in the vocabulary.
-  static const char* const kEndTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>", "</s>",
-                                          "<|eom_id|>", "<end_of_turn>", "<|end|>"};
   std::vector<int32_t>& eog = tok->eog_ids_;
   if (vocab.eos >= 0) eog.push_back(vocab.eos);
   if (vocab.eot >= 0) eog.push_back(vocab.eot);
   for (int32_t id = 0; id < int32_t(n); ++id) {
     const TokenType t = tok::token_type(vocab, id);
     if (t != TokenType::Control && t != TokenType::UserDefined && !vocab.types.empty()) continue;
-    for (const char* end : kEndTexts) {
-      if (vocab.tokens[size_t(id)] == end) eog.push_back(id);
-    }
+    if (tok::is_end_text(vocab.tokens[size_t(id)])) eog.push_back(id);
   }
   std::sort(eog.begin(), eog.end());
   eog.erase(std::unique(eog.begin(), eog.end()), eog.end());

@@ -22,11 +22,13 @@ class Tokenizer {
 
   // Appends the ids of `text` to `out` (BOS first if add_bos and the
   // vocabulary has one). Never fails on any byte sequence: invalid UTF-8 is
-  // tokenized byte by byte. With parse_special, the text of any Control,
-  // UserDefined or Unknown token (and of bos/eos/eot/unk/pad) becomes that
-  // token (leftmost, longest match) and the text between is tokenized
-  // normally; SentencePiece gives each such stretch its own dummy prefix,
-  // as llama.cpp does. Without it, such text is ordinary text.
+  // tokenized byte by byte. The text of a UserDefined token always becomes
+  // that token (leftmost, longest match), and the text between is tokenized
+  // normally, as in llama.cpp and Hugging Face tokenizers. With
+  // parse_special the same holds for Control and Unknown tokens (and
+  // bos/eos/eot/unk/pad); without it, their text is ordinary text.
+  // SentencePiece gives each stretch between such tokens its own dummy
+  // prefix, as llama.cpp does.
   virtual void encode(std::string_view text, bool add_bos, bool parse_special,
                       std::vector<int32_t>& out) const = 0;
 

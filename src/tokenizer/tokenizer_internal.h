@@ -123,6 +123,11 @@ class PairMap {
 // each first byte it keeps the distinct lengths of the specials starting
 // with it, longest first, and probes a hash map once per length: vocabularies
 // with thousands of "<...>" specials cost a few lookups per '<', not a scan.
+// A probe is skipped unless the second byte and the last byte of the
+// candidate occur there in some special of that first byte (and length):
+// MPT's user-defined runs of 2..24 spaces cost a table lookup per space.
+// When all specials share their first byte (Qwen2's "[PAD...]", Command R's
+// "<|...|>"), the scan for it is a memchr.
 class SpecialMatcher {
  public:
   // Registers tokens[id] for each id; `tokens` must outlive the matcher.
@@ -132,19 +137,24 @@ class SpecialMatcher {
   bool find(std::string_view text, size_t from, size_t* pos, size_t* len, int32_t* id) const;
 
  private:
+  static bool has(const uint64_t* set, uint8_t b) { return (set[b >> 6] >> (b & 63)) & 1; }
+  static void add(uint64_t* set, uint8_t b) { set[b >> 6] |= uint64_t(1) << (b & 63); }
+
   PieceMap map_;
   size_t count_ = 0;
   std::vector<uint32_t> lengths_;       // per first byte b: lengths_[len_begin_[b] .. len_begin_[b+1]), descending
+  std::vector<uint64_t> last_bytes_;    // 256-bit set per lengths_ entry: last bytes of those specials
+  std::vector<uint64_t> second_bytes_;  // 256-bit set per first byte: second bytes of specials longer than 1
   uint32_t len_begin_[257] = {};
+  int only_first_ = -1;                 // the first byte of every special, if they all share one
 };
 
 // Calls raw(piece) for every stretch of ordinary text and special(id) for
-// each special token, in order. Without specials (or when parse_special is
-// false) the whole text is one raw piece. Raw pieces are never empty.
+// each token the matcher finds, in order. With an empty matcher the whole
+// text is one raw piece. Raw pieces are never empty.
 template <class RawFn, class SpecialFn>
-void split_special(const SpecialMatcher& matcher, std::string_view text, bool parse_special, RawFn&& raw,
-                   SpecialFn&& special) {
-  if (!parse_special || matcher.empty()) {
+void split_special(const SpecialMatcher& matcher, std::string_view text, RawFn&& raw, SpecialFn&& special) {
+  if (matcher.empty()) {
     if (!text.empty()) raw(text);
     return;
   }
@@ -216,6 +226,13 @@ int parse_byte_token(std::string_view text);
 // Ids whose text is matched as a whole when parse_special is set: Control,
 // UserDefined and Unknown tokens plus the configured bos/eos/eot/unk/pad. Sorted.
 std::vector<int32_t> special_token_ids(const VocabData& v);
+// True for the texts of end-of-generation markers ("</s>", "<|im_end|>", ...).
+bool is_end_text(std::string_view text);
+// Ids whose text is matched as a whole even without parse_special: the
+// UserDefined tokens (Hugging Face's added tokens that are not special), as
+// in llama.cpp and Hugging Face tokenizers, except end markers, which
+// llama.cpp treats as control tokens. Sorted.
+std::vector<int32_t> user_defined_ids(const VocabData& v);
 
 // Decoded pieces of all tokens in one buffer: piece i is
 // bytes[offsets[i] .. offsets[i + 1]).

@@ -291,6 +291,45 @@ TEST(BpeTokenizer, SpecialTokens) {
   EXPECT_FALSE(t->strip_space_after_bos());
 }
 
+// User-defined tokens (added tokens that are not special) are found in the
+// text even without parse_special, as llama.cpp and Hugging Face do; control
+// tokens only with it; a user-defined end marker counts as control (llama.cpp).
+TEST(BpeTokenizer, UserDefinedTokensAlwaysSplitTheText) {
+  BpeVocab bv;
+  const int32_t eot = bv.add("<|endoftext|>", TokenType::Control);
+  const int32_t two = bv.add("  ", TokenType::UserDefined);  // as MPT's runs of spaces
+  const int32_t three = bv.add("   ", TokenType::UserDefined);
+  const int32_t tool = bv.add("<tool>", TokenType::UserDefined);
+  const int32_t end = bv.add("</s>", TokenType::UserDefined);
+  auto t = Tokenizer::create(bv.v);
+  EXPECT_EQ(encode(*t, "a  b"), (Ids{'a', two, 'b'}));
+  EXPECT_EQ(encode(*t, "a     b"), (Ids{'a', three, two, 'b'}));  // leftmost, longest
+  EXPECT_EQ(encode(*t, "x<tool>y"), (Ids{'x', tool, 'y'}));
+  EXPECT_EQ(encode(*t, "x<tool>y", false, true), (Ids{'x', tool, 'y'}));
+  const Ids plain = encode(*t, "<|endoftext|>");
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), eot), 0);
+  EXPECT_EQ(encode(*t, "<|endoftext|>", false, true), (Ids{eot}));
+  EXPECT_EQ(encode(*t, "</s>"), (Ids{'<', '/', 's', '>'}));
+  EXPECT_EQ(encode(*t, "</s>", false, true), (Ids{end}));
+  EXPECT_TRUE(t->is_eog(end));
+}
+
+TEST(SpmTokenizer, UserDefinedTokensAlwaysSplitTheText) {
+  SpmVocab sv;
+  const int32_t a = sv.add(kMark + "a", -1);
+  const int32_t x = sv.add("x", -1);
+  const int32_t mark = sv.add(kMark, -2);
+  const int32_t tool = sv.add("<tool>", 0, TokenType::UserDefined);
+  auto t = Tokenizer::create(sv.v);
+  // Each stretch after a user-defined token gets its own dummy prefix, as
+  // after any special token.
+  EXPECT_EQ(encode(*t, "a<tool>a"), (Ids{a, tool, a}));
+  EXPECT_EQ(encode(*t, "<tool>x"), (Ids{tool, mark, x}));
+  // A control token's text stays ordinary text without parse_special.
+  EXPECT_EQ(encode(*t, "<s>x"), (Ids{mark, sv.byte('<'), sv.byte('s'), sv.byte('>'), x}));
+  EXPECT_EQ(encode(*t, "<s>x", false, true), (Ids{kBos, mark, x}));
+}
+
 TEST(Tokenizer, EndOfGenerationAndControl) {
   BpeVocab bv;
   const int32_t eos = bv.add("<|endoftext|>", TokenType::Control);
