@@ -30,7 +30,7 @@ class BpeTokenizer final : public Tokenizer {
  private:
   struct Symbol {
     int32_t prev, next;  // linked list over live symbols; -1 at the ends
-    int32_t id;          // -1 once merged away, or for a byte missing from the vocabulary
+    int32_t id;          // -1 once merged away
   };
   struct Bigram {
     int32_t rank;
@@ -52,6 +52,7 @@ class BpeTokenizer final : public Tokenizer {
   PreTokenizer pre_ = PreTokenizer::Gpt2;
   bool ignore_merges_ = false;
   bool single_pattern_ = true;  // pretoken_end() walks the split
+  bool all_bytes_ = true;       // every byte has a token
   PieceMap all_;     // every token's text
   PairMap merges_;   // (left id, right id) -> (rank, merged id)
   int32_t byte_ids_[256];
@@ -79,6 +80,7 @@ BpeTokenizer::BpeTokenizer(VocabData v) : Tokenizer(std::move(v)), instance_(tok
     ch.clear();
     utf8_append(gpt2_byte_to_cp(uint8_t(b)), ch);
     byte_ids_[b] = all_.find(ch);
+    all_bytes_ = all_bytes_ && byte_ids_[b] >= 0;
   }
 
   LLM_CHECK(vocab_.merges.size() < size_t(INT32_MAX), LLM_ERR_FORMAT, "tokenizer: too many merges");
@@ -173,11 +175,10 @@ void BpeTokenizer::encode_raw(std::string_view text, Scratch& sc, std::vector<in
     const size_t wn = e - i;
     i = e;
     if (wn == 1) {  // a single byte needs no merging
+      // A byte without a token is left out, as in llama.cpp and in Hugging
+      // Face's BPE without an unk token (StarCoder has none for 0xF1).
       const int32_t id = byte_ids_[w[0]];
-      if (id >= 0)
-        out.push_back(id);
-      else if (vocab_.unk >= 0)
-        out.push_back(vocab_.unk);
+      if (id >= 0) out.push_back(id);
       continue;
     }
     const uint64_t h = wn <= tok::WordCache::kMaxWordBytes ? tok::WordCache::hash(w, wn) : 0;
@@ -218,9 +219,26 @@ void BpeTokenizer::encode_word(const uint8_t* w, size_t n, Scratch& sc, std::vec
   }
   std::vector<Symbol>& syms = sc.syms;
   syms.resize(n);
-  for (size_t k = 0; k < n; ++k) syms[k] = Symbol{int32_t(k) - 1, k + 1 < n ? int32_t(k + 1) : -1, byte_ids_[w[k]]};
+  if (all_bytes_) {
+    for (size_t k = 0; k < n; ++k) syms[k] = Symbol{int32_t(k) - 1, k + 1 < n ? int32_t(k + 1) : -1, byte_ids_[w[k]]};
+  } else {
+    // A byte without a token is dropped before merging, so its neighbours
+    // may merge (Hugging Face's BPE without an unk token; llama.cpp keeps
+    // it as a barrier and drops it afterwards).
+    int32_t m = 0;
+    for (size_t k = 0; k < n; ++k) {
+      const int32_t id = byte_ids_[w[k]];
+      if (id < 0) continue;
+      syms[size_t(m)] = Symbol{m - 1, m + 1, id};
+      ++m;
+    }
+    if (m == 0) return;
+    syms.resize(size_t(m));
+    syms.back().next = -1;
+  }
+  const int32_t count = int32_t(syms.size());
   sc.heap.clear();
-  for (int32_t k = 1; k < int32_t(n); ++k) try_add_bigram(sc, k - 1, k);
+  for (int32_t k = 1; k < count; ++k) try_add_bigram(sc, k - 1, k);
   while (!sc.heap.empty()) {
     std::pop_heap(sc.heap.begin(), sc.heap.end(), BigramLess());
     const Bigram bg = sc.heap.back();
@@ -236,13 +254,7 @@ void BpeTokenizer::encode_word(const uint8_t* w, size_t n, Scratch& sc, std::vec
     try_add_bigram(sc, l.prev, bg.left);
     try_add_bigram(sc, bg.left, l.next);
   }
-  for (int32_t k = 0; k >= 0; k = syms[size_t(k)].next) {
-    const int32_t id = syms[size_t(k)].id;
-    if (id >= 0)
-      out.push_back(id);
-    else if (vocab_.unk >= 0)
-      out.push_back(vocab_.unk);
-  }
+  for (int32_t k = 0; k >= 0; k = syms[size_t(k)].next) out.push_back(syms[size_t(k)].id);
 }
 
 }  // namespace

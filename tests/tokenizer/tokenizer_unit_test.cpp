@@ -330,6 +330,22 @@ TEST(SpmTokenizer, UserDefinedTokensAlwaysSplitTheText) {
   EXPECT_EQ(encode(*t, "<s>x", false, true), (Ids{kBos, mark, x}));
 }
 
+// A byte whose GPT-2 character is not in the vocabulary (StarCoder lacks
+// 0xF1) is dropped before merging, so its neighbours may merge, as in
+// Hugging Face's BPE without an unk token.
+TEST(BpeTokenizer, BytesWithoutATokenAreDroppedBeforeMerging) {
+  BpeVocab bv;
+  const int32_t pair = bv.merge("!", "?");
+  bv.v.tokens[0xF1] = "<not-a-byte>";
+  bv.v.types[0xF1] = int32_t(TokenType::Control);
+  bv.v.unk = bv.add("<unk>", TokenType::Unknown);
+  auto t = Tokenizer::create(bv.v);
+  EXPECT_EQ(pretokenize(PreTokenizer::Gpt2, "!\xF1?").size(), 1u);
+  EXPECT_EQ(encode(*t, "!\xF1?"), (Ids{pair}));
+  EXPECT_EQ(encode(*t, "\xF1"), (Ids{}));
+  EXPECT_EQ(encode(*t, "x\xF1\xF1"), (Ids{'x'}));
+}
+
 TEST(Tokenizer, EndOfGenerationAndControl) {
   BpeVocab bv;
   const int32_t eos = bv.add("<|endoftext|>", TokenType::Control);
