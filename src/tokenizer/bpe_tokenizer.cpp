@@ -1,10 +1,16 @@
-// Byte-level BPE ("gpt2" vocabularies: GPT-2, Llama 3, Qwen2, Mistral Nemo...).
+// Byte-level BPE ("gpt2" vocabularies: GPT-2, Llama 3, Qwen2, Mistral Nemo...)
+// and BPE over raw UTF-8 ("gemma4").
 //
 // Text -> pre-tokens (pretokenize.h) -> each pre-token's bytes become the
 // tokens of their GPT-2 byte characters -> repeatedly merge the adjacent pair
 // with the lowest merge rank (ties: leftmost) -> ids. Merges are looked up by
 // id pair, so the loop never builds strings. Pre-tokens repeat a lot in real
 // text, so each thread keeps a small direct-mapped cache of word -> ids.
+//
+// Gemma 4 (llama.cpp's "gemma4" pre-tokenizer) is not byte-level: spaces
+// become U+2581, the text is split only at line breaks, each UTF-8
+// character starts as the token of its own text, and a character that is
+// no token falls back to its <0xXX> byte tokens.
 #include <algorithm>
 
 #include "core/error.h"
@@ -30,7 +36,7 @@ class BpeTokenizer final : public Tokenizer {
  private:
   struct Symbol {
     int32_t prev, next;  // linked list over live symbols; -1 at the ends
-    int32_t id;          // -1 once merged away
+    int32_t id;          // -1 once merged away, or for a character missing from the vocabulary
   };
   struct Bigram {
     int32_t rank;
@@ -42,20 +48,27 @@ class BpeTokenizer final : public Tokenizer {
     std::vector<Symbol> syms;
     std::vector<Bigram> heap;
     std::string mapped;
-    std::vector<size_t> ends;  // pre-token ends (multi-rule pre-tokenizers)
+    std::string escaped;
+    std::vector<size_t> ends;    // pre-token ends (multi-rule pre-tokenizers)
+    std::vector<uint32_t> offs;  // raw UTF-8: first byte of each symbol's character
   };
 
   void encode_raw(std::string_view text, Scratch& sc, std::vector<int32_t>& out) const;
   void encode_word(const uint8_t* w, size_t n, Scratch& sc, std::vector<int32_t>& out) const;
   void try_add_bigram(Scratch& sc, int32_t left, int32_t right) const;
+  void emit_unknown(const uint8_t* c, size_t len, std::vector<int32_t>& out) const;
 
   PreTokenizer pre_ = PreTokenizer::Gpt2;
   bool ignore_merges_ = false;
-  bool single_pattern_ = true;  // pretoken_end() walks the split
-  bool all_bytes_ = true;       // every byte has a token
+  bool byte_level_ = true;         // false: raw UTF-8 characters, spaces as U+2581 (Gemma 4)
+  bool single_pattern_ = true;     // pretoken_end() walks the split
+  bool all_bytes_ = true;          // byte-level: every byte has a token
   PieceMap all_;     // every token's text
   PairMap merges_;   // (left id, right id) -> (rank, merged id)
+  // Byte-level: the token of each byte's GPT-2 character. Raw UTF-8: the
+  // token of each ASCII character's own text (-1 for bytes >= 0x80).
   int32_t byte_ids_[256];
+  int32_t fallback_ids_[256];      // raw UTF-8: the <0xXX> byte tokens
   tok::PieceTable pieces_;
   tok::SpecialMatcher specials_;       // with parse_special
   tok::SpecialMatcher user_defined_;  // without it
@@ -64,23 +77,39 @@ class BpeTokenizer final : public Tokenizer {
 
 BpeTokenizer::BpeTokenizer(VocabData v) : Tokenizer(std::move(v)), instance_(tok::WordCache::new_owner_id()) {
   bool known = true;
-  pre_ = pre_tokenizer_from_name(vocab_.pre, &known, &ignore_merges_);
+  // llama.cpp uses the gemma4 pre-tokenizer for a "gemma4" model whatever the file says.
+  pre_ = pre_tokenizer_from_name(vocab_.model == "gemma4" ? "gemma4" : vocab_.pre, &known, &ignore_merges_);
   if (!known) {
     warning_ = "tokenizer: unknown pre-tokenizer '" + vocab_.pre + "', using the GPT-2 default split";
   }
+  byte_level_ = pre_ != PreTokenizer::Gemma4;
   single_pattern_ = is_single_pattern(pre_);
 
   const size_t n = vocab_.tokens.size();
   all_.reserve(n);
   for (size_t i = 0; i < n; ++i) all_.insert(vocab_.tokens[i], int32_t(i));
 
-  // Byte b starts out as the token of its GPT-2 character.
+  // Byte-level: byte b starts out as the token of its GPT-2 character.
+  // Raw UTF-8: an ASCII character starts as the token of its own text.
   std::string ch;
+  std::fill(std::begin(fallback_ids_), std::end(fallback_ids_), -1);
   for (int b = 0; b < 256; ++b) {
     ch.clear();
-    utf8_append(gpt2_byte_to_cp(uint8_t(b)), ch);
-    byte_ids_[b] = all_.find(ch);
-    all_bytes_ = all_bytes_ && byte_ids_[b] >= 0;
+    if (byte_level_) {
+      utf8_append(gpt2_byte_to_cp(uint8_t(b)), ch);
+      byte_ids_[b] = all_.find(ch);
+    } else {
+      ch.push_back(char(b));
+      byte_ids_[b] = b < 0x80 ? all_.find(ch) : -1;
+    }
+  }
+  for (int b = 0; b < 256; ++b) all_bytes_ = all_bytes_ && byte_level_ && byte_ids_[b] >= 0;
+  if (!byte_level_) {
+    for (size_t i = 0; i < n; ++i) {
+      if (tok::token_type(vocab_, int32_t(i)) != TokenType::Byte) continue;
+      const int byte = tok::parse_byte_token(vocab_.tokens[i]);
+      if (byte >= 0 && fallback_ids_[byte] < 0) fallback_ids_[byte] = int32_t(i);
+    }
   }
 
   LLM_CHECK(vocab_.merges.size() < size_t(INT32_MAX), LLM_ERR_FORMAT, "tokenizer: too many merges");
@@ -107,8 +136,9 @@ BpeTokenizer::BpeTokenizer(VocabData v) : Tokenizer(std::move(v)), instance_(tok
     warning_ += "tokenizer: " + std::to_string(skipped) + " merges refer to tokens not in the vocabulary";
   }
 
-  // Decoded pieces: byte characters back to bytes; user-defined text as is;
-  // control/unused/unknown tokens print nothing.
+  // Decoded pieces: byte characters back to bytes (raw UTF-8: U+2581 back
+  // to a space); user-defined text as is; control/unused/unknown tokens
+  // print nothing.
   pieces_.offsets.reserve(n + 1);
   for (size_t i = 0; i < n; ++i) {
     pieces_.offsets.push_back(uint32_t(pieces_.bytes.size()));
@@ -116,6 +146,17 @@ BpeTokenizer::BpeTokenizer(VocabData v) : Tokenizer(std::move(v)), instance_(tok
     switch (tok::token_type(vocab_, int32_t(i))) {
       case TokenType::Normal:
       case TokenType::Undefined: {
+        if (!byte_level_) {
+          for (size_t k = 0; k < text.size();) {
+            if (text.compare(k, 3, "\xE2\x96\x81") == 0) {
+              pieces_.bytes.push_back(' ');
+              k += 3;
+            } else {
+              pieces_.bytes.push_back(text[k++]);
+            }
+          }
+          break;
+        }
         const auto* s = reinterpret_cast<const uint8_t*>(text.data());
         for (size_t k = 0; k < text.size();) {
           size_t len = 1;
@@ -157,8 +198,19 @@ void BpeTokenizer::encode(std::string_view text, bool add_bos, bool parse_specia
 }
 
 void BpeTokenizer::encode_raw(std::string_view text, Scratch& sc, std::vector<int32_t>& out) const {
+  if (!byte_level_) {  // spaces as U+2581
+    std::string& esc = sc.escaped;
+    esc.clear();
+    esc.reserve(text.size());
+    for (char c : text) {
+      if (c == ' ')
+        esc.append("\xE2\x96\x81", 3);
+      else
+        esc.push_back(c);
+    }
+    text = esc;
+  }
   tok::WordCache& cache = tok::WordCache::for_this_thread();
-
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   const size_t n = text.size();
   // Single-pattern pre-tokenizers are walked with pretoken_end(); the
@@ -175,10 +227,11 @@ void BpeTokenizer::encode_raw(std::string_view text, Scratch& sc, std::vector<in
     const size_t wn = e - i;
     i = e;
     if (wn == 1) {  // a single byte needs no merging
-      // A byte without a token is left out, as in llama.cpp and in Hugging
-      // Face's BPE without an unk token (StarCoder has none for 0xF1).
       const int32_t id = byte_ids_[w[0]];
-      if (id >= 0) out.push_back(id);
+      if (id >= 0)
+        out.push_back(id);
+      else
+        emit_unknown(w, 1, out);
       continue;
     }
     const uint64_t h = wn <= tok::WordCache::kMaxWordBytes ? tok::WordCache::hash(w, wn) : 0;
@@ -186,6 +239,17 @@ void BpeTokenizer::encode_raw(std::string_view text, Scratch& sc, std::vector<in
     const size_t first = out.size();
     encode_word(w, wn, sc, out);
     cache.store(instance_, h, w, wn, out, first);
+  }
+}
+
+// A character (raw UTF-8) or byte (byte-level) that no token covers. Raw
+// UTF-8: its <0xXX> byte tokens, as in llama.cpp. Byte-level: nothing, as in
+// llama.cpp and in Hugging Face's BPE without an unk token (StarCoder's
+// vocabulary has no token for the byte 0xF1, for one).
+void BpeTokenizer::emit_unknown(const uint8_t* c, size_t len, std::vector<int32_t>& out) const {
+  if (byte_level_) return;
+  for (size_t k = 0; k < len; ++k) {
+    if (fallback_ids_[c[k]] >= 0) out.push_back(fallback_ids_[c[k]]);
   }
 }
 
@@ -208,7 +272,7 @@ void BpeTokenizer::try_add_bigram(Scratch& sc, int32_t left, int32_t right) cons
 }
 
 void BpeTokenizer::encode_word(const uint8_t* w, size_t n, Scratch& sc, std::vector<int32_t>& out) const {
-  if (ignore_merges_) {  // a word that is itself a token is kept whole (Llama 3, Tekken)
+  if (ignore_merges_ && byte_level_) {  // a word that is itself a token is kept whole (Llama 3, Tekken)
     sc.mapped.clear();
     for (size_t k = 0; k < n; ++k) utf8_append(gpt2_byte_to_cp(w[k]), sc.mapped);
     const int32_t id = all_.find(sc.mapped);
@@ -218,13 +282,14 @@ void BpeTokenizer::encode_word(const uint8_t* w, size_t n, Scratch& sc, std::vec
     }
   }
   std::vector<Symbol>& syms = sc.syms;
-  syms.resize(n);
   if (all_bytes_) {
+    syms.resize(n);
     for (size_t k = 0; k < n; ++k) syms[k] = Symbol{int32_t(k) - 1, k + 1 < n ? int32_t(k + 1) : -1, byte_ids_[w[k]]};
-  } else {
+  } else if (byte_level_) {
     // A byte without a token is dropped before merging, so its neighbours
     // may merge (Hugging Face's BPE without an unk token; llama.cpp keeps
     // it as a barrier and drops it afterwards).
+    syms.resize(n);
     int32_t m = 0;
     for (size_t k = 0; k < n; ++k) {
       const int32_t id = byte_ids_[w[k]];
@@ -235,6 +300,26 @@ void BpeTokenizer::encode_word(const uint8_t* w, size_t n, Scratch& sc, std::vec
     if (m == 0) return;
     syms.resize(size_t(m));
     syms.back().next = -1;
+  } else {
+    // A run of line breaks that is a token stays whole (llama.cpp's Gemma 4 rule).
+    if (w[0] == '\n') {
+      const int32_t id = all_.find(reinterpret_cast<const char*>(w), n);
+      if (id >= 0) {
+        out.push_back(id);
+        return;
+      }
+    }
+    syms.clear();
+    sc.offs.clear();
+    for (size_t k = 0; k < n;) {
+      size_t len = 1;
+      utf8_decode(w + k, n - k, &len);
+      const int32_t id = w[k] < 0x80 ? byte_ids_[w[k]] : all_.find(reinterpret_cast<const char*>(w + k), len);
+      const int32_t idx = int32_t(syms.size());
+      syms.push_back(Symbol{idx - 1, k + len < n ? idx + 1 : -1, id});
+      sc.offs.push_back(uint32_t(k));
+      k += len;
+    }
   }
   const int32_t count = int32_t(syms.size());
   sc.heap.clear();
@@ -254,7 +339,16 @@ void BpeTokenizer::encode_word(const uint8_t* w, size_t n, Scratch& sc, std::vec
     try_add_bigram(sc, l.prev, bg.left);
     try_add_bigram(sc, bg.left, l.next);
   }
-  for (int32_t k = 0; k >= 0; k = syms[size_t(k)].next) out.push_back(syms[size_t(k)].id);
+  for (int32_t k = 0; k >= 0; k = syms[size_t(k)].next) {
+    const int32_t id = syms[size_t(k)].id;
+    if (id >= 0) {
+      out.push_back(id);
+    } else {  // raw UTF-8: a character that is no token and was never merged
+      const int32_t next = syms[size_t(k)].next;
+      const uint32_t off = sc.offs[size_t(k)], end = next >= 0 ? sc.offs[size_t(next)] : uint32_t(n);
+      emit_unknown(w + off, end - off, out);
+    }
+  }
 }
 
 }  // namespace

@@ -178,10 +178,11 @@ std::unique_ptr<Tokenizer> Tokenizer::create(const VocabData& vocab) {
   std::unique_ptr<Tokenizer> tok;
   if (vocab.model == "llama") {
     tok = make_spm_tokenizer(vocab);
-  } else if (vocab.model == "gpt2") {
+  } else if (vocab.model == "gpt2" || vocab.model == "gemma4") {
+    // gemma4: BPE over raw UTF-8 with spaces as U+2581 (llama.cpp's "gemma4" pre-tokenizer).
     tok = make_bpe_tokenizer(vocab);
   } else {
-    fail(LLM_ERR_UNSUPPORTED, "tokenizer: unsupported tokenizer model '%s' (supported: llama, gpt2)",
+    fail(LLM_ERR_UNSUPPORTED, "tokenizer: unsupported tokenizer model '%s' (supported: llama, gpt2, gemma4)",
          vocab.model.c_str());
   }
 

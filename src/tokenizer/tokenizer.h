@@ -1,4 +1,5 @@
-// Tokenizers: SentencePiece-style BPE ("llama") and byte-level BPE ("gpt2").
+// Tokenizers: SentencePiece-style BPE ("llama"), byte-level BPE ("gpt2") and
+// BPE over raw UTF-8 ("gemma4").
 // Built once per model from VocabData; immutable afterwards, so every method
 // is safe to call from many threads at once. encode() allocates nothing
 // proportional to the vocabulary per call.

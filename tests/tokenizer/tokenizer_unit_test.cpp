@@ -346,6 +346,42 @@ TEST(BpeTokenizer, BytesWithoutATokenAreDroppedBeforeMerging) {
   EXPECT_EQ(encode(*t, "x\xF1\xF1"), (Ids{'x'}));
 }
 
+// Gemma 4: BPE over raw UTF-8, spaces as U+2581, split only at line breaks,
+// byte tokens for characters that are no token.
+TEST(BpeTokenizer, Gemma4RawUtf8) {
+  VocabData v;
+  v.model = "gemma4";
+  v.pre = "default";  // llama.cpp ignores the file's name for this model
+  v.add_space_prefix = false;
+  auto add = [&](const std::string& text, TokenType type = TokenType::Normal) {
+    v.tokens.push_back(text);
+    v.types.push_back(int32_t(type));
+    return int32_t(v.tokens.size()) - 1;
+  };
+  const int32_t bos = add("<bos>", TokenType::Control);
+  v.bos = bos;
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    add(buf, TokenType::Byte);
+  }
+  const int32_t mark = add(kMark), a = add("a"), b = add("b"), nl = add("\n");
+  const int32_t nl2 = add("\n\n");  // reachable by no merge: taken whole, as llama.cpp does
+  const int32_t mark_a = add(kMark + "a");
+  v.merges.push_back(kMark + " a");
+  const int32_t ab = add("ab");
+  v.merges.push_back("a b");
+  auto t = Tokenizer::create(v);
+  EXPECT_TRUE(t->warning().empty()) << t->warning();
+  EXPECT_EQ(encode(*t, " a b\n\nab"), (Ids{mark_a, mark, b, nl2, ab}));
+  EXPECT_EQ(encode(*t, "a\n"), (Ids{a, nl}));
+  EXPECT_EQ(encode(*t, "ab", true), (Ids{bos, ab}));
+  // "é" is no token: its UTF-8 bytes; merges never reach across it.
+  EXPECT_EQ(encode(*t, "a\xC3\xA9" "b"), (Ids{a, 1 + 0xC3, 1 + 0xA9, b}));
+  EXPECT_EQ(decode(*t, encode(*t, " a b\n\nab\xC3\xA9 ")), " a b\n\nab\xC3\xA9 ");
+  EXPECT_FALSE(t->strip_space_after_bos());
+}
+
 TEST(Tokenizer, EndOfGenerationAndControl) {
   BpeVocab bv;
   const int32_t eos = bv.add("<|endoftext|>", TokenType::Control);
