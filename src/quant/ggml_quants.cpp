@@ -276,6 +276,21 @@ int64_t ggml_block_size(GgmlType t) {
   return decoder_for(t, &dec) ? dec.block : 0;
 }
 
+GgmlType ggml_type_of(DType t) {
+  switch (t) {
+    case DType::Q5_0: return GgmlType::Q5_0;
+    case DType::Q5_1: return GgmlType::Q5_1;
+    case DType::Q2_K: return GgmlType::Q2_K;
+    case DType::Q3_K: return GgmlType::Q3_K;
+    case DType::Q4_K: return GgmlType::Q4_K;
+    case DType::Q5_K: return GgmlType::Q5_K;
+    case DType::Q6_K: return GgmlType::Q6_K;
+    case DType::IQ4_NL: return GgmlType::IQ4_NL;
+    default: break;
+  }
+  fail(LLM_ERR_INVALID_ARGUMENT, "ggml_type_of: %s is not a GGUF block type", dtype_name(t));
+}
+
 void dequantize_ggml(GgmlType t, const uint8_t* src, float* dst, int64_t n) {
   LLM_CHECK(n >= 0, LLM_ERR_INVALID_ARGUMENT, "dequantize_ggml: negative count");
   switch (t) {

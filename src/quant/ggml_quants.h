@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "format/gguf.h"
+#include "quant/dtype.h"
 
 namespace llm {
 
@@ -19,5 +20,9 @@ void dequantize_ggml(GgmlType t, const uint8_t* src, float* dst, int64_t n);
 
 // Values per block of `t` (1 for float types); 0 if unknown.
 int64_t ggml_block_size(GgmlType t);
+
+// The ggml type whose blocks a GGUF block DType stores (dtype_is_ggml_block).
+// Throws Error(LLM_ERR_INVALID_ARGUMENT) for any other DType.
+GgmlType ggml_type_of(DType t);
 
 }  // namespace llm

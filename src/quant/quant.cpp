@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "quant/ggml_quants.h"
 
 namespace llm {
 
@@ -178,6 +179,11 @@ void quantize_row_weighted(DType t, uint32_t group, const float* src, const floa
         quantize_q4m_group(src + g * group, importance ? importance + g * group : nullptr, dst + g * gbytes, int(group));
       return;
     }
+    default:
+      if (dtype_is_ggml_block(t))
+        fail(LLM_ERR_UNSUPPORTED, "quantize_row: %s blocks are read from GGUF files; there is no %s quantizer",
+             dtype_name(t), dtype_name(t));
+      break;
   }
   fail(LLM_ERR_INVALID_ARGUMENT, "quantize_row: unknown dtype %u", unsigned(t));
 }
@@ -233,6 +239,13 @@ void dequantize_row(DType t, uint32_t group, const uint8_t* src, float* dst, int
       }
       return;
     }
+    default:
+      // GGUF blocks: ggml's own to_float, bit for bit (ggml_quants.cpp).
+      if (dtype_is_ggml_block(t)) {
+        dequantize_ggml(ggml_type_of(t), src, dst, cols);
+        return;
+      }
+      break;
   }
   fail(LLM_ERR_INVALID_ARGUMENT, "dequantize_row: unknown dtype %u", unsigned(t));
 }

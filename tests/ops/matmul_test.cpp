@@ -146,6 +146,9 @@ Weights make_weights(Config cfg, int64_t rows, int64_t cols, uint32_t seed) {
         }
         break;
       }
+      default:  // the GGUF block types have their own test (gguf_matmul_test.cpp)
+        ADD_FAILURE() << "make_weights: " << dtype_name(cfg.dtype);
+        break;
     }
   }
   return w;

@@ -8,10 +8,12 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gemm_kernels.h"
+#include "backend/cpu/matmul_ggml.h"
 
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "quant/quant.h"
 
 namespace llm::cpu {
 
@@ -101,6 +103,12 @@ void dequantize_row(const WeightView& w, int64_t r, float* dst) {
       }
       return;
     }
+    default:
+      if (dtype_is_ggml_block(w.dtype)) {
+        llm::dequantize_row(w.dtype, w.group, src, dst, cols);  // ggml's to_float, bit for bit
+        return;
+      }
+      break;
   }
   fail(LLM_ERR_INVALID_ARGUMENT, "dequantize_row: unknown dtype %u", unsigned(w.dtype));
 }
@@ -199,9 +207,54 @@ struct PreparedX {
   bool int8 = false, avx2 = false, avx512 = false;
   kern::QuantX xq;
   const uint8_t* xq512 = nullptr;  // the AVX-512 kernels' quad layout
+  bool ggml = false;               // a GGUF block type in Fast mode: gx
+  kern::GgmlX gx;
 };
 
+// Grows v to at least n elements and returns its data, 64-byte aligned
+// (v keeps 64 bytes of slack for that).
+template <class T>
+T* aligned_scratch(std::vector<uint8_t>& v, size_t n) {
+  const size_t bytes = n * sizeof(T) + 64;
+  if (v.size() < bytes) v.resize(bytes);
+  uint8_t* p = v.data();
+  return reinterpret_cast<T*>(p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64);
+}
+
+// GGUF block types in Fast mode: x quantized as ggml does for the type
+// (matmul_ggml.h), plus the quad layout where the AVX-512 family wants it.
+PreparedX prepare_ggml_x(const WeightView& w, const float* x, int64_t n) {
+  PreparedX p;
+  p.ggml = true;
+  p.avx2 = use_avx2_kernels();
+  kern::GgmlX& g = p.gx;
+  g.act = kern::ggml_act_of(w.dtype);
+  g.cols = w.cols;
+  const size_t nq = size_t(n) * size_t(w.cols), nb = nq / size_t(kern::ggml_act_block(g.act));
+  thread_local std::vector<uint8_t> q, d, s, bs;
+  int8_t* qp = aligned_scratch<int8_t>(q, nq);
+  float* dp = aligned_scratch<float>(d, nb);
+  float* sp = g.act == kern::GgmlAct::Q8_1 ? aligned_scratch<float>(s, nb) : nullptr;
+  int16_t* bp = g.act == kern::GgmlAct::Q8_K ? aligned_scratch<int16_t>(bs, nq / 16) : nullptr;
+  kern::quantize_ggml_x(g.act, x, n, w.cols, qp, dp, sp, bp);
+  g.q = qp;
+  g.d = dp;
+  g.s = sp;
+  g.bsums = bp;
+#if defined(LLM_AVX512_KERNELS)
+  p.avx512 = use_avx512_kernels() && kern::ggml_avx512_runs(w.dtype);
+  if (p.avx512 && g.act == kern::GgmlAct::Q8_0) {
+    thread_local std::vector<uint8_t> quads;
+    uint8_t* qd = aligned_scratch<uint8_t>(quads, size_t(n) * size_t(kern::quad_count(w.cols) * kern::kQuadBytes));
+    kern::ggml_quads_avx512(w.dtype, g, n, qd);
+    g.quads = qd;
+  }
+#endif
+  return p;
+}
+
 PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode mode) {
+  if (mode == MatmulMode::Fast && dtype_is_ggml_block(w.dtype)) return prepare_ggml_x(w, x, n);
   PreparedX p;
   p.avx2 = use_avx2_kernels();
   // The AVX-512 family has no Q4M kernels yet: Q4M takes the AVX2 ones (for
@@ -248,6 +301,15 @@ PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode m
 // in the same order whatever the range: how rows are split never changes a bit.
 void run_rows(const WeightView& w, const PreparedX& p, const float* x, int64_t n, float* y, int64_t r0,
               int64_t r1) {
+  if (p.ggml) {
+#if defined(LLM_AVX512_KERNELS)
+    if (p.avx512) return kern::matmul_ggml_avx512(w, p.gx, n, y, r0, r1);
+#endif
+#if defined(__x86_64__) || defined(_M_X64)
+    if (p.avx2) return kern::matmul_ggml_avx2(w, p.gx, n, y, r0, r1);
+#endif
+    return kern::matmul_ggml_scalar(w, p.gx, n, y, r0, r1);
+  }
 #if defined(LLM_AVX512_KERNELS)
   if (p.avx512) {
     if (p.int8)

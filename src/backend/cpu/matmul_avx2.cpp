@@ -656,6 +656,11 @@ void dequant_segment(const WeightView& w, const uint8_t* row, int64_t k0, int64_
       llm::dequantize_row(DType::Q4M, w.group, row + (k0 / g) * (4 + g / 2), dst, len);
       return;
     }
+    default:
+      // GGUF blocks (Reference mode): ggml's own decoders, bit for bit. k0
+      // and len are whole blocks (kFKBlock is a multiple of 256).
+      llm::dequantize_row(w.dtype, w.group, row + size_t(k0 / w.group) * ggml_block_bytes(w.dtype), dst, len);
+      return;
   }
 }
 

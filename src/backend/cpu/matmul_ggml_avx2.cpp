@@ -1,0 +1,521 @@
+// AVX2 + FMA + F16C kernels for the GGUF block types (matmul_ggml.h).
+// Compiled with those flags and only entered after use_avx2_kernels() said
+// yes.
+//
+// Both kinds first unpack a tile of kRowTile W rows into an L1/L2 buffer
+// (exact integer codes and scales: KUnpacked, or int8 codes + f32 scales for
+// the 32-value types), then run every x row over it in register tiles of R
+// W rows x C x rows. Decode (n == 1) is the same code with C = 1; its unpack
+// also prefetches the next tile's bytes.
+//
+// K-quants (Q8_K activations). Per super-block and (W row, x row):
+//   for each 32 values k: p = vpmaddubsw(u, q) (int16 pairs, at most
+//     2 * 63 * 127), S += vpmaddwd(p, sv[k]) (8 int32 lanes);
+//   M = vpmaddwd(bsums, mn) (8 int32 lanes);
+//   acc = fma(float(S - M), d * d_x, acc)                  (Q3_K, Q6_K)
+//   acc = fma(float(M), -(dm * d_x), fma(float(S), d * d_x, acc))   (others)
+//   and the output is hsum(acc) over the 8 lanes.
+// 32-value types (Q8_0 / Q8_1 activations). Per block: t = vpmaddwd(
+//   vpmaddubsw(|w|, sign(q, w)), 1) (8 int32 lanes), acc = fma(float(t),
+//   d_w * d_x, acc); Q5_1 also macc = fma(m_w, s_x, macc) over 8 blocks at a
+//   time; the output is hsum(acc) (+ hsum(macc)).
+// Every (W row, x row) pair sees these operations in this order whatever
+// the tile, so outputs are batch invariant within this family.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/gemm_kernels.h"
+#include "backend/cpu/matmul_ggml.h"
+#include "core/half.h"
+
+namespace llm::cpu::kern {
+
+namespace {
+
+#define LLM_UNROLL _Pragma("GCC unroll 16")
+
+inline float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);  // the same bits as the plain unpackers, NaN payloads included
+}
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline void store256(void* p, __m256i v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 8 floats from p, or the first m of them zero padded.
+inline __m256 load8_tail(const float* p, int64_t m) {
+  if (m == 8) return _mm256_loadu_ps(p);
+  alignas(32) float t[8] = {};
+  for (int64_t i = 0; i < m; ++i) t[i] = p[i];
+  return _mm256_load_ps(t);
+}
+
+inline void prefetch_bytes(const uint8_t* p, size_t n) {
+  for (size_t o = 0; o < n; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+}
+
+// --- unpacking -------------------------------------------------------------
+
+// sv from 16 scales (int16): vector k (values 32k..32k+31) = [sc[2k] x 8 |
+// sc[2k+1] x 8].
+inline void expand_scales16(__m256i sc, int16_t* sv) {
+  const __m256i lo = _mm256_permute2x128_si256(sc, sc, 0x00);
+  const __m256i hi = _mm256_permute2x128_si256(sc, sc, 0x11);
+  LLM_UNROLL for (int k = 0; k < 4; ++k) {
+    const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(short(((4 * k + 3) << 8) | (4 * k + 2))),
+                                          _mm_set1_epi16(short(((4 * k + 1) << 8) | (4 * k))));
+    store256(sv + 16 * k, _mm256_shuffle_epi8(lo, pick));
+    store256(sv + 16 * (k + 4), _mm256_shuffle_epi8(hi, pick));
+  }
+}
+
+// sv from 8 scales of 32 values (int16): vector j = sc[j] x 16.
+inline void expand_scales8(__m128i sc, int16_t* sv) {
+  const __m256i s2 = _mm256_broadcastsi128_si256(sc);
+  LLM_UNROLL for (int j = 0; j < 8; ++j)
+    store256(sv + 16 * j, _mm256_shuffle_epi8(s2, _mm256_set1_epi16(short(((2 * j + 1) << 8) | (2 * j)))));
+}
+
+// Q4_K / Q5_K: the 8 six-bit scales and minimums from the 12-byte array
+// (bytes 0..7 of the result are scales, 8..15 minimums).
+inline __m128i scales_mins_k4(const uint8_t* s) {
+  uint32_t u[4];
+  std::memcpy(u, s, 12);
+  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4);  // minimums 4..7
+  const uint32_t m03 = u[1] & low6;                             // minimums 0..3
+  u[1] = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);          // scales 4..7
+  u[2] = m03;
+  u[0] &= low6;                                                 // scales 0..3
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+}
+
+void unpack_q2k(const uint8_t* b, KUnpacked* o) {
+  const __m128i s = load128(b);
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  expand_scales16(_mm256_cvtepu8_epi16(_mm_and_si128(s, m4)), o->sv);
+  store256(o->mn, _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4)));
+  const __m256i m2 = _mm256_set1_epi8(3);
+  LLM_UNROLL for (int n = 0; n < 2; ++n) {
+    const __m256i v = load256(b + 16 + 32 * n);
+    LLM_UNROLL for (int j = 0; j < 4; ++j)
+      store256(o->q + 128 * n + 32 * j, _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m2));
+  }
+  o->d = half_at(b + 80);
+  o->dm = half_at(b + 82);
+}
+
+void unpack_q3k(const uint8_t* b, KUnpacked* o) {
+  const uint8_t* s = b + 96;
+  alignas(32) int16_t sc[16];
+  for (int k = 0; k < 16; ++k) {
+    const int lo = k < 8 ? (s[k] & 0x0f) : (s[k - 8] >> 4);
+    const int hi = (s[8 + (k % 4)] >> (2 * (k / 4))) & 3;
+    sc[k] = int16_t((lo | (hi << 4)) - 32);
+  }
+  const __m256i scv = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc));
+  expand_scales16(scv, o->sv);
+  store256(o->mn, _mm256_slli_epi16(scv, 2));
+  const __m256i hm = load256(b);
+  const __m256i m2 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+  LLM_UNROLL for (int n = 0; n < 2; ++n) {
+    const __m256i v = load256(b + 32 + 32 * n);
+    LLM_UNROLL for (int j = 0; j < 4; ++j) {
+      const __m256i bit = _mm256_set1_epi8(char(1 << (4 * n + j)));
+      const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
+      store256(o->q + 128 * n + 32 * j, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m2), high));
+    }
+  }
+  o->d = o->dm = half_at(b + 108);
+}
+
+template <bool Five>
+void unpack_q45k(const uint8_t* b, KUnpacked* o) {
+  const __m128i sm = _mm_cvtepu8_epi16(scales_mins_k4(b + 4));  // 8 scales
+  const __m128i mm = _mm_cvtepu8_epi16(_mm_srli_si128(scales_mins_k4(b + 4), 8));
+  expand_scales8(sm, o->sv);
+  store256(o->mn, _mm256_set_m128i(_mm_unpackhi_epi16(mm, mm), _mm_unpacklo_epi16(mm, mm)));
+  const uint8_t* qs = b + (Five ? 48 : 16);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  __m256i hb = _mm256_setzero_si256();
+  if constexpr (Five) hb = load256(b + 16);
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  LLM_UNROLL for (int p = 0; p < 4; ++p) {
+    const __m256i v = load256(qs + 32 * p);
+    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if constexpr (Five) {
+      const __m256i b0 = _mm256_set1_epi8(char(1 << (2 * p))), b1 = _mm256_set1_epi8(char(2 << (2 * p)));
+      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0), sixteen));
+      hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1), sixteen));
+    }
+    store256(o->q + 64 * p, lo);
+    store256(o->q + 64 * p + 32, hi);
+  }
+  o->d = half_at(b);
+  o->dm = half_at(b + 2);
+}
+
+void unpack_q6k(const uint8_t* b, KUnpacked* o) {
+  const __m256i sc = _mm256_cvtepi8_epi16(load128(b + 192));
+  expand_scales16(sc, o->sv);
+  store256(o->mn, _mm256_slli_epi16(sc, 5));
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  LLM_UNROLL for (int n = 0; n < 2; ++n) {
+    const __m256i l0 = load256(b + 64 * n), l1 = load256(b + 64 * n + 32);
+    const __m256i h = load256(b + 128 + 32 * n);
+    uint8_t* q = o->q + 128 * n;
+    store256(q, _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30)));
+    store256(q + 32, _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30)));
+    store256(q + 64, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(h, m30)));
+    const __m256i h3 = _mm256_and_si256(_mm256_srli_epi16(h, 2), m30);
+    store256(q + 96, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h3));
+  }
+  o->d = o->dm = half_at(b + 208);
+}
+
+// The 32 fifth bits of a Q5 block as 0 / 16 bytes in value order.
+inline __m256i q5_high(const uint8_t* qh_p) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_p, 4);
+  const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bits = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(int(qh)), pick);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bits), bits), _mm256_set1_epi8(16));
+}
+
+// The 16 nibble bytes at p as 32 values: low nibbles, then high nibbles.
+inline __m256i nibbles32(const uint8_t* p) {
+  const __m128i v = load128(p);
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+}
+
+inline __m256i unpack_b32(DType t, const uint8_t* b) {
+  switch (t) {
+    case DType::Q5_0: return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), q5_high(b + 2)), _mm256_set1_epi8(16));
+    case DType::Q5_1: return _mm256_or_si256(nibbles32(b + 8), q5_high(b + 4));
+    default: {  // IQ4_NL
+      const __m256i table = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                                             -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+      return _mm256_shuffle_epi8(table, nibbles32(b + 2));
+    }
+  }
+}
+
+// --- K-quant tiles ---------------------------------------------------------
+
+// R unpacked rows (wb, row stride ws blocks) x C x rows over nsb super-blocks;
+// writes y[c * ys + r].
+template <int R, int C, bool MinD>
+void k_tile(const KUnpacked* wb, int64_t ws, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
+            int64_t xcols, float* y, int64_t ys) {
+  __m256 acc[R][C];
+  LLM_UNROLL for (int r = 0; r < R; ++r)
+    LLM_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m256i S[R][C];
+    LLM_UNROLL for (int r = 0; r < R; ++r)
+      LLM_UNROLL for (int c = 0; c < C; ++c) S[r][c] = _mm256_setzero_si256();
+    LLM_UNROLL for (int k = 0; k < 8; ++k) {
+      __m256i xv[C];
+      LLM_UNROLL for (int c = 0; c < C; ++c) xv[c] = load256(xq + c * xcols + sb * 256 + 32 * k);
+      LLM_UNROLL for (int r = 0; r < R; ++r) {
+        const KUnpacked& u = wb[r * ws + sb];
+        const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.q + 32 * k));
+        const __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.sv + 16 * k));
+        LLM_UNROLL for (int c = 0; c < C; ++c)
+          S[r][c] = _mm256_add_epi32(S[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv[c]), s));
+      }
+    }
+    LLM_UNROLL for (int c = 0; c < C; ++c) {
+      const __m256i bs = load256(xbs + c * (xcols / 16) + sb * 16);
+      const float dx = xd[c * (xcols / 256) + sb];
+      LLM_UNROLL for (int r = 0; r < R; ++r) {
+        const KUnpacked& u = wb[r * ws + sb];
+        const __m256i M = _mm256_madd_epi16(bs, _mm256_load_si256(reinterpret_cast<const __m256i*>(u.mn)));
+        if constexpr (MinD) {
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(S[r][c], M)), _mm256_set1_ps(u.d * dx),
+                                      acc[r][c]);
+        } else {
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[r][c]), _mm256_set1_ps(u.d * dx), acc[r][c]);
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M), _mm256_set1_ps(-(u.dm * dx)), acc[r][c]);
+        }
+      }
+    }
+  }
+  LLM_UNROLL for (int c = 0; c < C; ++c)
+    LLM_UNROLL for (int r = 0; r < R; ++r) y[c * ys + r] = hsum(acc[r][c]);
+}
+
+// x rows per K-quant register tile when n > 1: 4 x 2 int32 sums plus the
+// x, code and scale vectors fill the 16 ymm registers.
+constexpr int kKCols = 2;
+
+template <int R, bool MinD>
+void k_rows(const KUnpacked* wb, int64_t nsb, const GgmlX& x, int64_t n, float* y, int64_t ys) {
+  const int64_t cols = x.cols;
+  auto tile = [&](auto cols_tag, int64_t c0) {
+    constexpr int C = decltype(cols_tag)::value;
+    k_tile<R, C, MinD>(wb, nsb, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols,
+                       y + c0 * ys, ys);
+  };
+  int64_t c0 = 0;
+  for (; c0 + kKCols <= n; c0 += kKCols) tile(std::integral_constant<int, kKCols>{}, c0);
+  for (; c0 < n; ++c0) tile(std::integral_constant<int, 1>{}, c0);
+}
+
+template <bool MinD>
+void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  const int64_t nsb = w.cols / 256;
+  thread_local std::vector<KUnpacked> buf;
+  if (buf.size() < size_t(kRowTile * nsb)) buf.resize(size_t(kRowTile * nsb));
+  for (int64_t r = r0; r < r1; r += kRowTile) {
+    const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
+    const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
+    const uint8_t* pf = n == 1 && r + kRowTile < r1 ? wr + kRowTile * w.row_bytes : nullptr;
+    unpack_k_rows_avx2(w.dtype, wr, w.row_bytes, nr, 0, nsb, buf.data(), nsb, pf);
+    switch (nr) {
+      case 4: k_rows<4, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      case 3: k_rows<3, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      case 2: k_rows<2, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      default: k_rows<1, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
+    }
+  }
+}
+
+// --- 32-value tiles --------------------------------------------------------
+
+// Where a 32-value tile reads W from: the unpacked tile buffer (prefill) or
+// the stored blocks, decoded in registers (decode). Both give the same codes
+// and scales, so the same outputs.
+struct B32Buffer {
+  const int8_t* q;  // [R][qs] codes
+  int64_t qs;
+  const float* d;   // [R][ds] scales (m: minimums, Q5_1)
+  const float* m;
+  int64_t ds;
+  __m256i code(int r, int64_t b) const { return load256(q + r * qs + 32 * b); }
+  __m256 scales(int r, int64_t b0, int64_t n) const { return load8_tail(d + r * ds + b0, n); }
+  __m256 mins(int r, int64_t b0, int64_t n) const { return load8_tail(m + r * ds + b0, n); }
+  void prefetch(int, int64_t) const {}
+};
+
+template <DType T>
+struct B32Stored {
+  static constexpr size_t kBB = T == DType::Q5_0 ? 22 : T == DType::Q5_1 ? 24 : 18;
+  const uint8_t* w;   // R rows of blocks, rb bytes apart
+  size_t rb;
+  const uint8_t* pf;  // the next tile, or null
+  __m256i code(int r, int64_t b) const { return unpack_b32(T, w + r * rb + size_t(b) * kBB); }
+  // The f16 at offset `at` of blocks b0 .. b0 + n - 1 (n <= 8), zero padded.
+  // Assembled in general-purpose registers: 8 two-byte stores read back as
+  // one vector would stall on store-to-load forwarding.
+  __m256 halves(int r, int64_t b0, int64_t n, size_t at) const {
+    const uint8_t* p = w + r * rb + size_t(b0) * kBB + at;
+    uint64_t lo = 0, hi = 0;
+    if (n == 8) {
+      LLM_UNROLL for (int i = 0; i < 4; ++i) {
+        uint16_t a, b;
+        std::memcpy(&a, p + i * kBB, 2);
+        std::memcpy(&b, p + (i + 4) * kBB, 2);
+        lo |= uint64_t(a) << (16 * i);
+        hi |= uint64_t(b) << (16 * i);
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t a;
+        std::memcpy(&a, p + size_t(i) * kBB, 2);
+        (i < 4 ? lo : hi) |= uint64_t(a) << (16 * (i % 4));
+      }
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x(int64_t(hi), int64_t(lo)));
+  }
+  __m256 scales(int r, int64_t b0, int64_t n) const { return halves(r, b0, n, 0); }
+  __m256 mins(int r, int64_t b0, int64_t n) const { return halves(r, b0, n, 2); }
+  void prefetch(int r, int64_t b) const {
+    if (!pf) return;
+    const size_t off = size_t(b) * kBB;
+    if (b == 0 || off / 64 != (off + kBB - 1) / 64)
+      _mm_prefetch(reinterpret_cast<const char*>(pf + r * rb + off + kBB - 1), _MM_HINT_T0);
+  }
+};
+
+// R W rows x C x rows over nb blocks; writes y[c * ys + r].
+template <int R, int C, bool Min, class Src>
+void b32_tile(const Src& src, int64_t nb, const int8_t* xq, const float* xd, const float* xs, int64_t xcols, float* y,
+              int64_t ys) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R][C], macc[R][C];
+  LLM_UNROLL for (int r = 0; r < R; ++r) {
+    LLM_UNROLL for (int c = 0; c < C; ++c) {
+      acc[r][c] = _mm256_setzero_ps();
+      macc[r][c] = _mm256_setzero_ps();
+    }
+  }
+  alignas(32) float d8[R][C][8];
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    const int64_t m = std::min<int64_t>(8, nb - b0);
+    __m256 dx8[C], s8[C];
+    LLM_UNROLL for (int c = 0; c < C; ++c) {
+      dx8[c] = load8_tail(xd + c * nb + b0, m);
+      if constexpr (Min) s8[c] = load8_tail(xs + c * nb + b0, m);
+    }
+    LLM_UNROLL for (int r = 0; r < R; ++r) {
+      const __m256 dw = src.scales(r, b0, m);
+      __m256 mw = _mm256_setzero_ps();
+      if constexpr (Min) mw = src.mins(r, b0, m);
+      LLM_UNROLL for (int c = 0; c < C; ++c) {
+        _mm256_store_ps(d8[r][c], _mm256_mul_ps(dw, dx8[c]));
+        if constexpr (Min) macc[r][c] = _mm256_fmadd_ps(mw, s8[c], macc[r][c]);
+      }
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t b = b0 + i;
+      __m256i xv[C];
+      LLM_UNROLL for (int c = 0; c < C; ++c) xv[c] = load256(xq + c * xcols + 32 * b);
+      LLM_UNROLL for (int r = 0; r < R; ++r) {
+        src.prefetch(r, b);
+        const __m256i wv = src.code(r, b);
+        const __m256i aw = _mm256_sign_epi8(wv, wv);  // |w| <= 127
+        LLM_UNROLL for (int c = 0; c < C; ++c) {
+          // int16 lanes: two products of at most 127 * 127.
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[c], wv)), ones);
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&d8[r][c][i]), acc[r][c]);
+        }
+      }
+    }
+  }
+  LLM_UNROLL for (int c = 0; c < C; ++c) {
+    LLM_UNROLL for (int r = 0; r < R; ++r) {
+      float v = hsum(acc[r][c]);
+      if constexpr (Min) v += hsum(macc[r][c]);
+      y[c * ys + r] = v;
+    }
+  }
+}
+
+constexpr int kBCols = 2;
+
+template <int R, bool Min>
+void b32_rows(const B32Buffer& src, int64_t nb, const GgmlX& x, int64_t n, float* y, int64_t ys) {
+  const int64_t cols = x.cols;
+  auto tile = [&](auto cols_tag, int64_t c0) {
+    constexpr int C = decltype(cols_tag)::value;
+    b32_tile<R, C, Min>(src, nb, x.q + c0 * cols, x.d + c0 * nb, Min ? x.s + c0 * nb : nullptr, cols, y + c0 * ys,
+                        ys);
+  };
+  int64_t c0 = 0;
+  for (; c0 + kBCols <= n; c0 += kBCols) tile(std::integral_constant<int, kBCols>{}, c0);
+  for (; c0 < n; ++c0) tile(std::integral_constant<int, 1>{}, c0);
+}
+
+template <DType T>
+void b32_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  constexpr bool Min = T == DType::Q5_1;
+  const int64_t nb = w.cols / 32;
+  thread_local std::vector<int8_t> qbuf;
+  thread_local std::vector<float> dbuf;
+  if (n > 1) {
+    if (qbuf.size() < size_t(kRowTile * w.cols)) qbuf.resize(size_t(kRowTile * w.cols));
+    if (dbuf.size() < size_t(2 * kRowTile * nb)) dbuf.resize(size_t(2 * kRowTile * nb));
+  }
+  for (int64_t r = r0; r < r1; r += kRowTile) {
+    const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
+    const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
+    if (n == 1) {
+      const B32Stored<T> src{wr, w.row_bytes, r + kRowTile < r1 ? wr + kRowTile * w.row_bytes : nullptr};
+      const float* xs = Min ? x.s : nullptr;
+      switch (nr) {
+        case 4: b32_tile<4, 1, Min>(src, nb, x.q, x.d, xs, w.cols, y + r, w.rows); break;
+        case 3: b32_tile<3, 1, Min>(src, nb, x.q, x.d, xs, w.cols, y + r, w.rows); break;
+        case 2: b32_tile<2, 1, Min>(src, nb, x.q, x.d, xs, w.cols, y + r, w.rows); break;
+        default: b32_tile<1, 1, Min>(src, nb, x.q, x.d, xs, w.cols, y + r, w.rows); break;
+      }
+      continue;
+    }
+    float* wd = dbuf.data();
+    float* wm = dbuf.data() + kRowTile * nb;
+    unpack_b32_rows_avx2(T, wr, w.row_bytes, nr, 0, nb, qbuf.data(), w.cols, wd, Min ? wm : nullptr, nb, nullptr);
+    const B32Buffer src{qbuf.data(), w.cols, wd, wm, nb};
+    switch (nr) {
+      case 4: b32_rows<4, Min>(src, nb, x, n, y + r, w.rows); break;
+      case 3: b32_rows<3, Min>(src, nb, x, n, y + r, w.rows); break;
+      case 2: b32_rows<2, Min>(src, nb, x, n, y + r, w.rows); break;
+      default: b32_rows<1, Min>(src, nb, x, n, y + r, w.rows); break;
+    }
+  }
+}
+
+}  // namespace
+
+void unpack_k_rows_avx2(DType t, const uint8_t* w, size_t rb, int nr, int64_t b0, int64_t b1, KUnpacked* out,
+                        int64_t ostride, const uint8_t* pf) {
+  const size_t bb = ggml_block_bytes(t);
+  for (int r = 0; r < nr; ++r) {
+    const uint8_t* row = w + size_t(r) * rb;
+    KUnpacked* o = out + r * ostride;
+    for (int64_t b = b0; b < b1; ++b) {
+      if (pf) prefetch_bytes(pf + size_t(r) * rb + size_t(b) * bb, bb);
+      const uint8_t* blk = row + size_t(b) * bb;
+      KUnpacked* ob = o + (b - b0);
+      switch (t) {
+        case DType::Q2_K: unpack_q2k(blk, ob); break;
+        case DType::Q3_K: unpack_q3k(blk, ob); break;
+        case DType::Q4_K: unpack_q45k<false>(blk, ob); break;
+        case DType::Q5_K: unpack_q45k<true>(blk, ob); break;
+        default: unpack_q6k(blk, ob); break;
+      }
+    }
+  }
+}
+
+void unpack_b32_rows_avx2(DType t, const uint8_t* w, size_t rb, int nr, int64_t b0, int64_t b1, int8_t* q,
+                          int64_t qstride, float* d, float* m, int64_t dstride, const uint8_t* pf) {
+  const size_t bb = ggml_block_bytes(t);
+  for (int r = 0; r < nr; ++r) {
+    const uint8_t* row = w + size_t(r) * rb;
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* blk = row + size_t(b) * bb;
+      // The next rows' bytes, one prefetch per cache line (a line is never
+      // inside one block: 18..24 < 64).
+      const size_t off = size_t(b) * bb;
+      if (pf && (b == b0 || off / 64 != (off + bb - 1) / 64))
+        _mm_prefetch(reinterpret_cast<const char*>(pf + size_t(r) * rb + off + bb - 1), _MM_HINT_T0);
+      store256(q + r * qstride + 32 * (b - b0), unpack_b32(t, blk));
+      d[r * dstride + b - b0] = half_at(blk);
+      if (m) m[r * dstride + b - b0] = t == DType::Q5_1 ? half_at(blk + 2) : 0.0f;
+    }
+  }
+}
+
+void matmul_ggml_avx2(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  if (x.act == GgmlAct::Q8_K) {
+    if (k_min_uses_d(w.dtype))
+      k_matmul<true>(w, x, n, y, r0, r1);
+    else
+      k_matmul<false>(w, x, n, y, r0, r1);
+  } else if (w.dtype == DType::Q5_0) {
+    b32_matmul<DType::Q5_0>(w, x, n, y, r0, r1);
+  } else if (w.dtype == DType::Q5_1) {
+    b32_matmul<DType::Q5_1>(w, x, n, y, r0, r1);
+  } else {
+    b32_matmul<DType::IQ4_NL>(w, x, n, y, r0, r1);
+  }
+}
+
+}  // namespace llm::cpu::kern
+
+#undef LLM_UNROLL

@@ -1,0 +1,385 @@
+// AVX-512 (F/BW/VL/DQ/VNNI) kernels for the GGUF block types
+// (matmul_ggml.h). Compiled with those flags and only entered after
+// use_avx512_kernels() said yes. Q5_1 is not here: the dispatcher hands it to
+// the AVX2 kernels (ggml_avx512_runs), for decode and prefill alike.
+//
+// As in matmul_ggml_avx2.cpp, a tile of kRowTile W rows is unpacked once (by
+// the AVX2 unpackers: exact integers, so which code unpacks does not matter)
+// and every x row runs over it in register tiles of R W rows x C x rows.
+//
+// K-quants (Q8_K activations). Per super-block and (W row, x row):
+//   for each 64 values p: S = vpdpwssd(S, vpmaddubsw(u, q), sv[p]) (16 int32
+//     lanes; the int16 pairs are at most 2 * 63 * 127);
+//   Q3_K, Q6_K: T = vpdpwssd(S, bsums, -mn) (lanes 0..7 take -sum mn * bsums),
+//     acc = fma(float(T), d * d_x, acc);
+//   others:     acc = fma(float(S), d * d_x, acc), then
+//               acc = fma(float(vpmaddwd(bsums, mn)), -(dm * d_x), acc) (lanes 0..7);
+//   the output is hsum16(acc).
+// Q5_0, IQ4_NL (Q8_0 activations): the quad layout of gemm_kernels.h, 4
+//   blocks per step. W codes are unsigned with a bias (Q5_0: the 5-bit code,
+//   bias 16; IQ4_NL: table value + 128); x's quads start each dot from
+//   -bias * (their lane sums). Decode decodes the stored blocks in
+//   registers; prefill decodes a W tile once into a buffer. Per quad: t = vpdpbusd(vpdpbusd(
+//   corr, a_w, a_x), b_w, b_x), acc = fma(float(t), d_w * d_x, acc) (lane
+//   4j + i belongs to block j); the output is hsum16(acc).
+// hsum16(v): the 256-bit halves added, then 128-bit halves, then
+// ((l0 + l2) + (l1 + l3)). Every (W row, x row) pair sees the same
+// operations whatever the tile: batch invariant within this family.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cpu/gemm_kernels.h"
+#include "backend/cpu/matmul_ggml.h"
+
+namespace llm::cpu::kern {
+
+namespace {
+
+#define LLM_UNROLL _Pragma("GCC unroll 16")
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hsum16(__m512 v) {
+  return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+// --- K-quant tiles ---------------------------------------------------------
+
+template <int R, int C, bool MinD>
+void k_tile(const KUnpacked* wb, int64_t ws, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
+            int64_t xcols, float* y, int64_t ys) {
+  __m512 acc[R][C];
+  LLM_UNROLL for (int r = 0; r < R; ++r)
+    LLM_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m512i S[R][C];
+    LLM_UNROLL for (int r = 0; r < R; ++r)
+      LLM_UNROLL for (int c = 0; c < C; ++c) S[r][c] = _mm512_setzero_si512();
+    LLM_UNROLL for (int p = 0; p < 4; ++p) {
+      __m512i xv[C];
+      LLM_UNROLL for (int c = 0; c < C; ++c) xv[c] = load512(xq + c * xcols + sb * 256 + 64 * p);
+      LLM_UNROLL for (int r = 0; r < R; ++r) {
+        const KUnpacked& u = wb[r * ws + sb];
+        const __m512i w = _mm512_load_si512(u.q + 64 * p);
+        const __m512i s = _mm512_load_si512(u.sv + 32 * p);
+        LLM_UNROLL for (int c = 0; c < C; ++c)
+          S[r][c] = _mm512_dpwssd_epi32(S[r][c], _mm512_maddubs_epi16(w, xv[c]), s);
+      }
+    }
+    LLM_UNROLL for (int c = 0; c < C; ++c) {
+      const __m256i bs = load256(xbs + c * (xcols / 16) + sb * 16);
+      const float dx = xd[c * (xcols / 256) + sb];
+      LLM_UNROLL for (int r = 0; r < R; ++r) {
+        const KUnpacked& u = wb[r * ws + sb];
+        const __m256i mn = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.mn));
+        if constexpr (MinD) {
+          const __m512i t = _mm512_dpwssd_epi32(S[r][c], _mm512_zextsi256_si512(bs),
+                                                _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), mn)));
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(u.d * dx), acc[r][c]);
+        } else {
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[r][c]), _mm512_set1_ps(u.d * dx), acc[r][c]);
+          const __m512i M = _mm512_zextsi256_si512(_mm256_madd_epi16(bs, mn));
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_set1_ps(-(u.dm * dx)), acc[r][c]);
+        }
+      }
+    }
+  }
+  LLM_UNROLL for (int c = 0; c < C; ++c)
+    LLM_UNROLL for (int r = 0; r < R; ++r) y[c * ys + r] = hsum16(acc[r][c]);
+}
+
+// x rows per register tile when n > 1: 16 int32 sums, 4 x vectors, the code
+// and scale vectors and a product fit the 32 zmm registers.
+constexpr int kKCols = 4;
+
+template <int R, bool MinD>
+void k_rows(const KUnpacked* wb, int64_t nsb, const GgmlX& x, int64_t n, float* y, int64_t ys) {
+  const int64_t cols = x.cols;
+  auto tile = [&](auto cols_tag, int64_t c0) {
+    constexpr int C = decltype(cols_tag)::value;
+    k_tile<R, C, MinD>(wb, nsb, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols,
+                       y + c0 * ys, ys);
+  };
+  int64_t c0 = 0;
+  for (; c0 + kKCols <= n; c0 += kKCols) tile(std::integral_constant<int, kKCols>{}, c0);
+  switch (n - c0) {
+    case 3: tile(std::integral_constant<int, 3>{}, c0); break;
+    case 2: tile(std::integral_constant<int, 2>{}, c0); break;
+    case 1: tile(std::integral_constant<int, 1>{}, c0); break;
+    default: break;
+  }
+}
+
+template <bool MinD>
+void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  const int64_t nsb = w.cols / 256;
+  thread_local std::vector<KUnpacked> buf;
+  if (buf.size() < size_t(kRowTile * nsb)) buf.resize(size_t(kRowTile * nsb));
+  for (int64_t r = r0; r < r1; r += kRowTile) {
+    const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
+    const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
+    const uint8_t* pf = n == 1 && r + kRowTile < r1 ? wr + kRowTile * w.row_bytes : nullptr;
+    unpack_k_rows_avx2(w.dtype, wr, w.row_bytes, nr, 0, nsb, buf.data(), nsb, pf);
+    switch (nr) {
+      case 4: k_rows<4, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      case 3: k_rows<3, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      case 2: k_rows<2, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      default: k_rows<1, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
+    }
+  }
+}
+
+// --- Q5_0 / IQ4_NL quads ---------------------------------------------------
+
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+template <DType T>
+struct QuadFmt {
+  static constexpr int BB = T == DType::Q5_0 ? 22 : 18;  // bytes per block
+  static constexpr int QS = T == DType::Q5_0 ? 6 : 2;    // offset of the nibbles
+  static constexpr int QB = 4 * BB;                      // bytes per quad
+};
+
+// The 4 f16 scales BB apart, as 16 lane scales (lane 4j + i: block j).
+template <int BB>
+inline __m512 quad_scales(const uint8_t* p) {
+  __m128i h = _mm_cvtsi32_si128(load_u16(p));
+  h = _mm_insert_epi16(h, load_u16(p + BB), 1);
+  h = _mm_insert_epi16(h, load_u16(p + 2 * BB), 2);
+  h = _mm_insert_epi16(h, load_u16(p + 3 * BB), 3);
+  const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_cvtph_ps(h)));
+}
+
+// One row's 4 stored blocks at p in the x quad layout: a = the unsigned
+// codes meeting values 0..15 of blocks 0..3, b = values 16..31; dw = lane
+// scales.
+//   Q5_0:   u = the 5-bit code 0..31 (value = d * (u - 16)): the nibbles,
+//           plus 16 where the block's qh has the value's bit (qh bits 0..15
+//           go with a, 16..31 with b, gathered into byte masks);
+//   IQ4_NL: u = table value + 128 (1..241), a vpshufb of the nibbles.
+template <DType T>
+inline void w_quad(const uint8_t* p, __m512i& a, __m512i& b, __m512& dw) {
+  constexpr int BB = QuadFmt<T>::BB, QS = QuadFmt<T>::QS;
+  __m512i v = _mm512_castsi128_si512(load128(p + QS));
+  v = _mm512_inserti32x4(v, load128(p + BB + QS), 1);
+  v = _mm512_inserti32x4(v, load128(p + 2 * BB + QS), 2);
+  v = _mm512_inserti32x4(v, load128(p + 3 * BB + QS), 3);
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  if constexpr (T == DType::Q5_0) {
+    const uint64_t h0 = load_u32(p + 2), h1 = load_u32(p + BB + 2), h2 = load_u32(p + 2 * BB + 2),
+                   h3 = load_u32(p + 3 * BB + 2);
+    const uint64_t ma = (h0 & 0xffff) | (h1 & 0xffff) << 16 | (h2 & 0xffff) << 32 | (h3 & 0xffff) << 48;
+    const uint64_t mb = (h0 >> 16) | (h1 >> 16) << 16 | (h2 >> 16) << 32 | (h3 >> 16) << 48;
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    a = _mm512_mask_add_epi8(lo, __mmask64(ma), lo, sixteen);
+    b = _mm512_mask_add_epi8(hi, __mmask64(mb), hi, sixteen);
+  } else {
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, char(129), char(141), char(153), char(166), char(181),
+                      char(197), char(217), char(241)));
+    a = _mm512_shuffle_epi8(table, lo);
+    b = _mm512_shuffle_epi8(table, hi);
+  }
+  dw = quad_scales<BB>(p);
+}
+
+// One row's quad for the last, partial step (m < 4 blocks): the blocks
+// copied into a zeroed buffer (a zero block has scale 0; x is zero there).
+template <DType T>
+inline void w_quad_tail(const uint8_t* p, int64_t m, __m512i& a, __m512i& b, __m512& dw) {
+  alignas(64) uint8_t t[QuadFmt<T>::QB] = {};
+  std::memcpy(t, p, size_t(m) * QuadFmt<T>::BB);
+  w_quad<T>(t, a, b, dw);
+}
+
+// One (W row, x row) step: the canonical order of this family.
+inline void quad_dot(__m512& acc, __m512i a, __m512i b, __m512 dw, const uint8_t* xc) {
+  __m512i t = _mm512_dpbusd_epi32(load512(xc + 128), a, load512(xc));
+  t = _mm512_dpbusd_epi32(t, b, load512(xc + 64));
+  const __m512 dx = _mm512_loadu_ps(reinterpret_cast<const float*>(xc + 192));
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, dx), acc);
+}
+
+// One row's quad as the prefill tiles keep it.
+struct alignas(64) WQuad {
+  __m512i a, b;
+  __m512 dw;
+};
+
+// Decode: R rows straight from the stored blocks, the next tile prefetched.
+template <DType T, int R>
+void quad_gemv(const uint8_t* w, size_t rb, int64_t nb, const uint8_t* xq, float* y, const uint8_t* pf) {
+  constexpr int QB = QuadFmt<T>::QB;
+  __m512 acc[R];
+  LLM_UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const int64_t nqf = nb / 4;
+  for (int64_t k = 0; k < nqf; ++k) {
+    LLM_UNROLL for (int r = 0; r < R; ++r) {
+      if (pf) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf + r * rb + k * QB), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pf + r * rb + k * QB + QB - 1), _MM_HINT_T0);
+      }
+      __m512i a, b;
+      __m512 dw;
+      w_quad<T>(w + r * rb + k * QB, a, b, dw);
+      quad_dot(acc[r], a, b, dw, xq + k * kQuadBytes);
+    }
+  }
+  if (nb % 4) {
+    LLM_UNROLL for (int r = 0; r < R; ++r) {
+      __m512i a, b;
+      __m512 dw;
+      w_quad_tail<T>(w + r * rb + nqf * QB, nb % 4, a, b, dw);
+      quad_dot(acc[r], a, b, dw, xq + nqf * kQuadBytes);
+    }
+  }
+  LLM_UNROLL for (int r = 0; r < R; ++r) y[r] = hsum16(acc[r]);
+}
+
+// Prefill: R rows of quads from the tile buffer x C x rows.
+template <int R, int C>
+void quad_tile(const WQuad* wq, int64_t ws, int64_t nq, const uint8_t* xq, int64_t xs, float* y, int64_t ys) {
+  __m512 acc[R][C];
+  LLM_UNROLL for (int r = 0; r < R; ++r)
+    LLM_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < nq; ++k) {
+    LLM_UNROLL for (int r = 0; r < R; ++r) {
+      const WQuad& q = wq[r * ws + k];
+      LLM_UNROLL for (int c = 0; c < C; ++c) quad_dot(acc[r][c], q.a, q.b, q.dw, xq + c * xs + k * kQuadBytes);
+    }
+  }
+  LLM_UNROLL for (int c = 0; c < C; ++c)
+    LLM_UNROLL for (int r = 0; r < R; ++r) y[c * ys + r] = hsum16(acc[r][c]);
+}
+
+constexpr int kQCols = 4;
+
+template <int R>
+void quad_rows(const WQuad* wq, int64_t nq, const uint8_t* xq, int64_t n, float* y, int64_t ys) {
+  const int64_t xs = nq * kQuadBytes;
+  int64_t c0 = 0;
+  for (; c0 + kQCols <= n; c0 += kQCols) quad_tile<R, kQCols>(wq, nq, nq, xq + c0 * xs, xs, y + c0 * ys, ys);
+  switch (n - c0) {
+    case 3: quad_tile<R, 3>(wq, nq, nq, xq + c0 * xs, xs, y + c0 * ys, ys); break;
+    case 2: quad_tile<R, 2>(wq, nq, nq, xq + c0 * xs, xs, y + c0 * ys, ys); break;
+    case 1: quad_tile<R, 1>(wq, nq, nq, xq + c0 * xs, xs, y + c0 * ys, ys); break;
+    default: break;
+  }
+}
+
+template <DType T>
+void quad_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  constexpr int QB = QuadFmt<T>::QB;
+  const int64_t nb = w.cols / 32, nq = quad_count(w.cols);
+  thread_local std::vector<WQuad> wbuf;
+  if (n > 1 && wbuf.size() < size_t(kRowTile * nq)) wbuf.resize(size_t(kRowTile * nq));
+  for (int64_t r = r0; r < r1; r += kRowTile) {
+    const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
+    const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
+    if (n == 1) {
+      const uint8_t* pf = r + kRowTile < r1 ? wr + kRowTile * w.row_bytes : nullptr;
+      switch (nr) {
+        case 4: quad_gemv<T, 4>(wr, w.row_bytes, nb, x.quads, y + r, pf); break;
+        case 3: quad_gemv<T, 3>(wr, w.row_bytes, nb, x.quads, y + r, pf); break;
+        case 2: quad_gemv<T, 2>(wr, w.row_bytes, nb, x.quads, y + r, pf); break;
+        default: quad_gemv<T, 1>(wr, w.row_bytes, nb, x.quads, y + r, pf); break;
+      }
+      continue;
+    }
+    for (int i = 0; i < nr; ++i) {
+      const uint8_t* row = wr + size_t(i) * w.row_bytes;
+      WQuad* o = wbuf.data() + i * nq;
+      for (int64_t k = 0; k < nb / 4; ++k) w_quad<T>(row + k * QB, o[k].a, o[k].b, o[k].dw);
+      if (nb % 4) w_quad_tail<T>(row + (nb / 4) * QB, nb % 4, o[nb / 4].a, o[nb / 4].b, o[nb / 4].dw);
+    }
+    switch (nr) {
+      case 4: quad_rows<4>(wbuf.data(), nq, x.quads, n, y + r, w.rows); break;
+      case 3: quad_rows<3>(wbuf.data(), nq, x.quads, n, y + r, w.rows); break;
+      case 2: quad_rows<2>(wbuf.data(), nq, x.quads, n, y + r, w.rows); break;
+      default: quad_rows<1>(wbuf.data(), nq, x.quads, n, y + r, w.rows); break;
+    }
+  }
+}
+
+}  // namespace
+
+bool ggml_avx512_runs(DType t) { return t != DType::Q5_1; }
+
+void ggml_quads_avx512(DType t, const GgmlX& x, int64_t n, uint8_t* out) {
+  // Q5_0 codes are stored with bias 16, IQ4_NL ones with bias 128.
+  const unsigned shift = t == DType::Q5_0 ? 4 : 7;
+  const int64_t cols = x.cols, nb = cols / 32, nq = quad_count(cols);
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t i = 0; i < n; ++i) {
+    const int8_t* q = x.q + i * cols;
+    const float* d = x.d + i * nb;
+    for (int64_t k = 0; k < nq; ++k) {
+      uint8_t* o = out + (i * nq + k) * kQuadBytes;
+      alignas(64) float dx[16];
+      LLM_UNROLL for (int j = 0; j < 4; ++j) {
+        const int64_t b = 4 * k + j;
+        __m128i q0 = _mm_setzero_si128(), q1 = _mm_setzero_si128();
+        float db = 0.0f;
+        if (b < nb) {
+          q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 32 * b));
+          q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 32 * b + 16));
+          db = d[b];
+        }
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 16 * j), q0);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 64 + 16 * j), q1);
+        LLM_UNROLL for (int l = 0; l < 4; ++l) dx[4 * j + l] = db;
+      }
+      // -bias * the sum of the 8 int8 each int32 lane of vpdpbusd meets.
+      __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, load512(o));
+      s = _mm512_dpbusd_epi32(s, ones, load512(o + 64));
+      _mm512_storeu_si512(o + 128, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, shift)));
+      _mm512_storeu_ps(reinterpret_cast<float*>(o + 192), _mm512_load_ps(dx));
+    }
+  }
+}
+
+void matmul_ggml_avx512(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  if (x.act == GgmlAct::Q8_K) {
+    if (k_min_uses_d(w.dtype))
+      k_matmul<true>(w, x, n, y, r0, r1);
+    else
+      k_matmul<false>(w, x, n, y, r0, r1);
+  } else if (w.dtype == DType::Q5_0) {
+    quad_matmul<DType::Q5_0>(w, x, n, y, r0, r1);
+  } else {
+    quad_matmul<DType::IQ4_NL>(w, x, n, y, r0, r1);
+  }
+}
+
+}  // namespace llm::cpu::kern
+
+#undef LLM_UNROLL
