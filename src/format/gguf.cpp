@@ -431,24 +431,20 @@ VocabData read_vocab(const GgufFile& g, const Logger* log) {
 }
 
 // Closest native storage for a ggml type that libllm does not execute
-// directly. The rule: never store with less precision than the file had.
-//   Q5_0, Q5_1, Q8_1            -> Q8 (5-bit and 8-bit blocks fit int8 losslessly or nearly)
-//   Q2_K .. Q6_K, Q8_K          -> Q8 (super-block scales and mins do not map onto one
-//                                      scale per 32 values; int8 keeps them within ~0.4% of a step)
-//   IQ4_NL                      -> Q4 group 32 (same bit budget; the re-quantization adds
-//                                      error, a warning says so)
+// directly (only Q8_1 and Q8_K are left: ggml's activation formats, which
+// real model files do not use for weights). The rule: never store with less
+// precision than the file had.
+//   Q8_1, Q8_K                  -> Q8 (int8 per 32 keeps them within ~0.4% of a step)
 //   any type, cols % 32 != 0    -> F32 (never happens for block-32/256 types, kept as a guard)
-// F32/F16/BF16, Q8_0 (= Q8), Q4_0 (= Q4 g32) and Q4_1 (= Q4M g32) are stored as they are.
+// Every other type is stored as it is (see the switch in gguf_to_model_source).
 DType convert_target(GgmlType t, int64_t cols, uint32_t* group) {
+  (void)t;
   *group = 32;
   if (cols % 32 != 0) {
     *group = 0;
     return DType::F32;
   }
-  switch (t) {
-    case GgmlType::IQ4_NL: return DType::Q4;
-    default: return DType::Q8;
-  }
+  return DType::Q8;
 }
 
 
@@ -541,6 +537,16 @@ ModelSource gguf_to_model_source(const GgufFile& gguf, std::shared_ptr<MappedFil
       case GgmlType::Q8_0: td.dtype = DType::Q8; td.group = 32; break;
       case GgmlType::Q4_0: td.dtype = DType::Q4; td.group = 32; break;
       case GgmlType::Q4_1: td.dtype = DType::Q4M; td.group = 32; break;
+      // GGUF blocks run as stored (quant/dtype.h); group = the block. parse_gguf
+      // has already refused rows that are not whole blocks (LLM_ERR_FORMAT).
+      case GgmlType::Q5_0: td.dtype = DType::Q5_0; td.group = 32; break;
+      case GgmlType::Q5_1: td.dtype = DType::Q5_1; td.group = 32; break;
+      case GgmlType::IQ4_NL: td.dtype = DType::IQ4_NL; td.group = 32; break;
+      case GgmlType::Q2_K: td.dtype = DType::Q2_K; td.group = 256; break;
+      case GgmlType::Q3_K: td.dtype = DType::Q3_K; td.group = 256; break;
+      case GgmlType::Q4_K: td.dtype = DType::Q4_K; td.group = 256; break;
+      case GgmlType::Q5_K: td.dtype = DType::Q5_K; td.group = 256; break;
+      case GgmlType::Q6_K: td.dtype = DType::Q6_K; td.group = 256; break;
       default: {
         // Not a native layout: decode exactly as ggml does, re-encode.
         const int64_t cols = td.cols(), rows = td.numel() / cols;

@@ -68,13 +68,12 @@ const char* ggml_type_name(GgmlType type);
 
 // Maps a parsed GGUF to a ModelSource. general.architecture names the family
 // (model/family.h; unknown -> LLM_ERR_UNSUPPORTED naming it), whose file reads
-// the hyper-parameters and the block spec. F32/F16/BF16, Q8_0, Q4_0 and Q4_1
-// are kept as they are (Q8_0 -> DType::Q8, Q4_0 -> DType::Q4 g32, Q4_1 ->
-// DType::Q4M g32, zero copy); other quantized types are dequantized
-// (bit-exactly like ggml) and re-quantized to the closest native type, with a
-// warning through `log` (may be null): Q5_0/Q5_1/Q8_1 and all K-quants -> Q8,
-// IQ4_NL -> Q4 g32 (see convert_target in gguf.cpp). Converted tensors own
-// their bytes. Every tensor is returned; the model builder checks each one's
+// the hyper-parameters and the block spec. Tensors are kept as they are, zero
+// copy: F32/F16/BF16, Q8_0 -> DType::Q8, Q4_0 -> DType::Q4 g32, Q4_1 ->
+// DType::Q4M g32, and Q5_0, Q5_1, IQ4_NL, Q2_K .. Q6_K -> the DType of the
+// same name (quant/dtype.h). Only Q8_1 and Q8_K are dequantized (bit-exactly
+// like ggml) and re-quantized to Q8, with a warning through `log` (may be
+// null; see convert_target in gguf.cpp); those tensors own their bytes. Every tensor is returned; the model builder checks each one's
 // name and shape against the spec and refuses those it would not use.
 // vocab_only: only config.arch/vocab_size and the vocabulary are filled.
 struct Logger;

@@ -740,9 +740,10 @@ TEST(GgufModel, QuantizedMatricesKeptZeroCopy) {
   }
 }
 
-// Types without a native layout are decoded exactly like ggml and re-encoded
-// to the closest native type, with one warning per tensor.
-TEST(GgufModel, OtherTypesAreConverted) {
+// The GGUF block types are kept as stored (zero copy, no warning): their
+// rows decode to ggml's own floats bit for bit. (Before they were run
+// natively, they were decoded and re-encoded to q8 / q4.)
+TEST(GgufModel, BlockTypesAreKeptAsStored) {
   const std::vector<uint8_t> vec = read_all(model_path("ggml-quant-vectors.gguf"));
   const GgufFile vg = parse_gguf(vec.data(), vec.size());
   auto find = [&](const std::string& name) -> const GgufTensorInfo& {
@@ -756,11 +757,11 @@ TEST(GgufModel, OtherTypesAreConverted) {
     DType want;
   };
   const Case cases[] = {
-      {"iq4_nl", GgmlType::IQ4_NL, DType::Q4},
-      {"q5_0", GgmlType::Q5_0, DType::Q8},   {"q5_1", GgmlType::Q5_1, DType::Q8},
-      {"q2_K", GgmlType::Q2_K, DType::Q8},   {"q3_K", GgmlType::Q3_K, DType::Q8},
-      {"q4_K", GgmlType::Q4_K, DType::Q8},   {"q5_K", GgmlType::Q5_K, DType::Q8},
-      {"q6_K", GgmlType::Q6_K, DType::Q8},
+      {"iq4_nl", GgmlType::IQ4_NL, DType::IQ4_NL},
+      {"q5_0", GgmlType::Q5_0, DType::Q5_0},   {"q5_1", GgmlType::Q5_1, DType::Q5_1},
+      {"q2_K", GgmlType::Q2_K, DType::Q2_K},   {"q3_K", GgmlType::Q3_K, DType::Q3_K},
+      {"q4_K", GgmlType::Q4_K, DType::Q4_K},   {"q5_K", GgmlType::Q5_K, DType::Q5_K},
+      {"q6_K", GgmlType::Q6_K, DType::Q6_K},
   };
   for (const Case& c : cases) {
     const GgufTensorInfo& q = find(std::string("q.") + c.name);
@@ -782,20 +783,40 @@ TEST(GgufModel, OtherTypesAreConverted) {
     };
     log.user = &warnings;
     const ModelSource m = load_bytes(tl.build(), false, &log);
-    EXPECT_EQ(warnings, 7) << c.name;  // 7 matrices in the one layer
+    EXPECT_EQ(warnings, 0) << c.name;
     const TensorData& t = tensor(m, "blk.0.ffn_up.weight");
     ASSERT_EQ(t.dtype, c.want) << c.name;
-    EXPECT_EQ(t.group, 32u);
+    EXPECT_EQ(t.group, uint32_t(ggml_block_values(c.want)));
     EXPECT_EQ(t.shape, (std::vector<int64_t>{256, 256}));
-    ASSERT_NE(t.owned, nullptr);
-    ASSERT_EQ(t.nbytes, 256 * dtype_row_bytes(t.dtype, 256, 32));
-    // Row r is source row r % 129: quantize ggml's own decoding of it.
+    EXPECT_EQ(t.owned, nullptr);  // zero copy
+    const size_t rb = dtype_row_bytes(t.dtype, 256, t.group);
+    ASSERT_EQ(rb, ggml_type_size(c.type, 256));
+    ASSERT_EQ(t.nbytes, 256 * rb);
+    // Row r is source row r % 129: the same bytes, and the same floats as ggml's.
     const float* ref = reinterpret_cast<const float*>(deq.data);
-    std::vector<uint8_t> want(dtype_row_bytes(t.dtype, 256, 32));
+    std::vector<float> row(256);
     for (int64_t r = 0; r < 256; ++r) {
-      quantize_row(t.dtype, 32, ref + (r % 129) * 256, want.data(), 256);
-      ASSERT_EQ(std::memcmp(t.data + size_t(r) * want.size(), want.data(), want.size()), 0) << c.name << " row " << r;
+      ASSERT_EQ(std::memcmp(t.data + size_t(r) * rb, q.data + size_t(r % 129) * rb, rb), 0) << c.name << " row " << r;
+      dequantize_row(t.dtype, t.group, t.data + size_t(r) * rb, row.data(), 256);
+      ASSERT_EQ(std::memcmp(row.data(), ref + (r % 129) * 256, 256 * 4), 0) << c.name << " row " << r;
     }
+  }
+}
+
+// A row that is not a whole number of blocks is a format error naming the
+// tensor, never a crash; so is a 256-block type on rows of 32.
+TEST(GgufModel, BlockTypeRowsMustBeWholeBlocks) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0}) {
+    TinyLlama tl;
+    tl.dim = t == GgmlType::Q5_0 ? 48 : 32;
+    tl.hid = 64;
+    tl.heads = 1;
+    tl.kv_heads = 1;
+    tl.matrix_type = t;
+    std::string msg;
+    const llm_status s = status_of([&] { load_bytes(tl.build()); }, &msg);
+    EXPECT_EQ(s, LLM_ERR_FORMAT) << ggml_type_name(t) << ": " << msg;
+    EXPECT_NE(msg.find("not a multiple"), std::string::npos) << msg;
   }
 }
 

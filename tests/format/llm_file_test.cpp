@@ -338,6 +338,76 @@ TEST(LlmFile, Stories260KRoundTrip) {
   }
 }
 
+// The GGUF block types (Q5_0 .. IQ4_NL, stored as ggml lays them out) round
+// trip byte for byte, raw and through zstd, and the reader checks their
+// group and row size like any other quantized type.
+TEST(LlmFile, GgufBlockTypesRoundTrip) {
+  Fixture f = make_fixture();
+  std::mt19937 rng(77);
+  const DType types[] = {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,
+                         DType::Q3_K, DType::Q4_K, DType::Q5_K,   DType::Q6_K};
+  for (DType t : types) {
+    const uint32_t g = uint32_t(llm::ggml_block_values(t));
+    const int64_t rows = 6, cols = 512;
+    const size_t rb = llm::dtype_row_bytes(t, cols, g);
+    ASSERT_EQ(rb, size_t(cols / g) * llm::ggml_block_bytes(t)) << llm::dtype_name(t);
+    std::vector<uint8_t> b(rb * rows);
+    // Half the rows random (raw pays), half mostly zero (zstd pays).
+    for (size_t i = 0; i < b.size(); ++i) b[i] = i < b.size() / 2 ? uint8_t(rng()) : (i % 53 ? 0 : uint8_t(rng()));
+    f.add(std::string("gguf.") + llm::dtype_name(t), t, g, {rows, cols}, std::move(b));
+  }
+  for (bool zstd : {false, true}) {
+    llm::LlmWriteOptions o;
+    o.allow_zstd = zstd;
+    o.chunk_bytes = 4096;
+    const std::string path = tmp_path(zstd ? "gguf_z.llm" : "gguf_raw.llm");
+    llm::write_llm(f.src, path, o);
+    const llm::ModelSource back = llm::read_llm(path);
+    expect_same_model(f.src, back);
+    for (DType t : types) {
+      const llm::TensorData* td = back.find(std::string("gguf.") + llm::dtype_name(t));
+      ASSERT_NE(td, nullptr);
+      EXPECT_EQ(td->dtype, t);
+      EXPECT_EQ(td->group, uint32_t(llm::ggml_block_values(t)));
+    }
+  }
+  // A block type with another group, or a row that is not whole blocks, is
+  // refused by the writer (and by the reader: the table's raw size no longer
+  // matches).
+  llm::LlmTensorSpec bad;
+  bad.name = "bad";
+  bad.dtype = DType::Q4_K;
+  bad.group = 32;
+  bad.shape = {2, 512};
+  EXPECT_EQ(status_of([&] { llm::LlmWriter w(tmp_path("bad_group.llm"), f.src.config, f.src.vocab, f.src.meta, {bad}, {}); }),
+            LLM_ERR_INVALID_ARGUMENT);
+  bad.group = 256;
+  bad.shape = {2, 320};
+  EXPECT_EQ(status_of([&] { llm::LlmWriter w(tmp_path("bad_row.llm"), f.src.config, f.src.vocab, f.src.meta, {bad}, {}); }),
+            LLM_ERR_INVALID_ARGUMENT);
+  llm::LlmWriteOptions o;
+  o.allow_zstd = false;
+  const std::string path = tmp_path("gguf_edit.llm");
+  llm::write_llm(f.src, path, o);
+  const std::vector<uint8_t> bytes = slurp(path);
+  const llm::LlmFileInfo info = llm::inspect_llm(bytes.data(), bytes.size());
+  size_t idx = 0;
+  while (info.tensors[idx].name != "gguf.q4_K") ++idx;
+  const size_t e = entry_offset(bytes, idx);
+  std::vector<uint8_t> b = bytes;
+  put<uint32_t>(b, e + 8, 32);  // group
+  reseal(b);
+  EXPECT_EQ(parse_status(b), LLM_ERR_FORMAT);
+  b = bytes;
+  put<uint32_t>(b, e + kEntDtype, uint32_t(DType::Q5_K));  // same group, other block size
+  reseal(b);
+  EXPECT_EQ(parse_status(b), LLM_ERR_FORMAT);
+  b = bytes;
+  put<uint32_t>(b, e + kEntDtype, llm::kDTypeCount);  // the first unknown dtype
+  reseal(b);
+  EXPECT_EQ(parse_status(b), LLM_ERR_UNSUPPORTED);
+}
+
 TEST(LlmFile, StreamingWriterRegeneratesRowsWhenZstdDoesNotPay) {
   // Incompressible rows: the writer tries zstd, gives up and asks for the
   // rows again to store them raw.
