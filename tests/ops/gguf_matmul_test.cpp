@@ -129,20 +129,32 @@ TEST(GgufActivations, QuantizersGiveGgmlBytes) {
     std::vector<int8_t> q(size_t(n * cols)), wq(q.size());
     std::vector<float> d(static_cast<size_t>(nb)), s(d.size()), wd(d.size()), ws(d.size());
     std::vector<int16_t> bs(size_t(n * cols / 16)), wbs(bs.size());
-    kern::quantize_ggml_x(a, x.data(), n, cols, q.data(), d.data(), s.data(), bs.data());
     for (int64_t b = 0; b < nb; ++b) {
       if (a == kern::GgmlAct::Q8_K)
         ggml_q8_k(&x[size_t(b * 256)], &wq[size_t(b * 256)], &wd[size_t(b)], &wbs[size_t(b * 16)]);
       else
         ggml_q8_0(&x[size_t(b * 32)], &wq[size_t(b * 32)], &wd[size_t(b)], &ws[size_t(b)]);
     }
-    EXPECT_EQ(q, wq);
-    EXPECT_EQ(d, wd);
-    if (a == kern::GgmlAct::Q8_1) {
-      EXPECT_EQ(s, ws);
-    }
-    if (a == kern::GgmlAct::Q8_K) {
-      EXPECT_EQ(bs, wbs);
+    // The portable quantizer, and the AVX2 one both families use.
+    for (bool simd : {false, true}) {
+      SCOPED_TRACE(simd ? "avx2" : "scalar");
+#if defined(__x86_64__) || defined(_M_X64)
+      if (simd && llm::cpu::best_isa() < Isa::Avx2) continue;
+      if (simd)
+        kern::quantize_ggml_x_avx2(a, x.data(), n, cols, q.data(), d.data(), s.data(), bs.data());
+      else
+#else
+      if (simd) continue;
+#endif
+        kern::quantize_ggml_x(a, x.data(), n, cols, q.data(), d.data(), s.data(), bs.data());
+      EXPECT_EQ(q, wq);
+      EXPECT_EQ(d, wd);
+      if (a == kern::GgmlAct::Q8_1) {
+        EXPECT_EQ(s, ws);
+      }
+      if (a == kern::GgmlAct::Q8_K) {
+        EXPECT_EQ(bs, wbs);
+      }
     }
   }
   // The ties went to the even neighbour, and the first of +50 / -50 set the sign.
@@ -172,6 +184,15 @@ TEST(GgufActivations, NonFiniteInputsGiveANanScale) {
       if (a != kern::GgmlAct::Q8_K) {
         EXPECT_EQ(d[1], fp16_round(0.5f / 127.f));
       }
+#if defined(__x86_64__) || defined(_M_X64)
+      if (llm::cpu::best_isa() >= Isa::Avx2) {
+        float d2[8], s2[8];
+        std::vector<int8_t> q2(256, 5);
+        kern::quantize_ggml_x_avx2(a, x.data(), 1, 256, q2.data(), d2, s2, bs);
+        EXPECT_TRUE(std::isnan(d2[0]));
+        EXPECT_EQ(q, q2);
+      }
+#endif
     }
 }
 

@@ -236,7 +236,12 @@ PreparedX prepare_ggml_x(const WeightView& w, const float* x, int64_t n) {
   float* dp = aligned_scratch<float>(d, nb);
   float* sp = g.act == kern::GgmlAct::Q8_1 ? aligned_scratch<float>(s, nb) : nullptr;
   int16_t* bp = g.act == kern::GgmlAct::Q8_K ? aligned_scratch<int16_t>(bs, nq / 16) : nullptr;
-  kern::quantize_ggml_x(g.act, x, n, w.cols, qp, dp, sp, bp);
+#if defined(__x86_64__) || defined(_M_X64)
+  if (p.avx2)
+    kern::quantize_ggml_x_avx2(g.act, x, n, w.cols, qp, dp, sp, bp);
+  else
+#endif
+    kern::quantize_ggml_x(g.act, x, n, w.cols, qp, dp, sp, bp);
   g.q = qp;
   g.d = dp;
   g.s = sp;

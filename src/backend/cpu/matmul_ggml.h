@@ -101,6 +101,9 @@ void unpack_b32_ref(DType t, const uint8_t* blk, int8_t* q /* [32] */, float* d,
 void matmul_ggml_scalar(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1);
 
 #if defined(__x86_64__) || defined(_M_X64)
+// quantize_ggml_x with AVX2 (the same bytes; both families use it).
+void quantize_ggml_x_avx2(GgmlAct a, const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* s,
+                          int16_t* bsums);
 // AVX2 family: every GGUF block type.
 void matmul_ggml_avx2(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1);
 // The AVX2 unpackers (the AVX-512 family uses them too: the unpacking is

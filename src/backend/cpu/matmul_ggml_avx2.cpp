@@ -24,6 +24,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -36,6 +37,16 @@ namespace llm::cpu::kern {
 namespace {
 
 #define LLM_UNROLL _Pragma("GCC unroll 16")
+
+// Decode streams W once: the bytes kDecodeAhead ahead (a whole number of
+// row tiles, the same place in a later tile) are prefetched as a tile is
+// read. A tile of Gemma-sized rows is under 2 KiB, too close to hide DRAM
+// latency; prefetching past the matrix's end is harmless (no fault).
+constexpr size_t kDecodeAhead = 8192;
+inline size_t decode_ahead(const WeightView& w) {
+  const size_t span = size_t(kRowTile) * w.row_bytes;
+  return std::max<size_t>(1, (kDecodeAhead + span - 1) / span) * span;
+}
 
 inline float half_at(const uint8_t* p) {
   uint16_t h;
@@ -285,7 +296,7 @@ void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t 
   for (int64_t r = r0; r < r1; r += kRowTile) {
     const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
     const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
-    const uint8_t* pf = n == 1 && r + kRowTile < r1 ? wr + kRowTile * w.row_bytes : nullptr;
+    const uint8_t* pf = n == 1 ? wr + decode_ahead(w) : nullptr;
     unpack_k_rows_avx2(w.dtype, wr, w.row_bytes, nr, 0, nsb, buf.data(), nsb, pf);
     switch (nr) {
       case 4: k_rows<4, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
@@ -436,7 +447,7 @@ void b32_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_
     const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
     const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
     if (n == 1) {
-      const B32Stored<T> src{wr, w.row_bytes, r + kRowTile < r1 ? wr + kRowTile * w.row_bytes : nullptr};
+      const B32Stored<T> src{wr, w.row_bytes, wr + decode_ahead(w)};
       const float* xs = Min ? x.s : nullptr;
       switch (nr) {
         case 4: b32_tile<4, 1, Min>(src, nb, x.q, x.d, xs, w.cols, y + r, w.rows); break;
@@ -456,6 +467,98 @@ void b32_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_
       case 2: b32_rows<2, Min>(src, nb, x, n, y + r, w.rows); break;
       default: b32_rows<1, Min>(src, nb, x, n, y + r, w.rows); break;
     }
+  }
+}
+
+// --- activation quantization -------------------------------------------------
+// The same bytes as quantize_ggml_x (matmul_ggml.cpp): the products are the
+// same f32 values and vcvtps2dq rounds them half to even (default MXCSR),
+// as the scalar code's magic-number rounding does.
+
+inline float hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+// 32 floats times s, rounded, as 32 int8 in order (|values| <= 127).
+inline __m256i round_pack32(const float* x, __m256 s) {
+  __m256i i[4];
+  LLM_UNROLL for (int k = 0; k < 4; ++k) i[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), s));
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+  return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// max |x| over n (a multiple of 8) floats; `bad` set if any is NaN or Inf.
+inline float amax_of(const float* x, int n, bool* bad) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 inf = _mm256_set1_ps(INFINITY);
+  __m256 m = _mm256_setzero_ps(), nonfinite = _mm256_setzero_ps();
+  for (int j = 0; j < n; j += 8) {
+    const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask);
+    nonfinite = _mm256_or_ps(nonfinite, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // a >= inf or NaN
+    m = _mm256_max_ps(m, a);
+  }
+  *bad = _mm256_movemask_ps(nonfinite) != 0;
+  return hmax(m);
+}
+
+void quantize_q8_0_blocks(const float* x, int64_t nb, int8_t* q, float* d, float* s) {
+  for (int64_t b = 0; b < nb; ++b) {
+    bool bad;
+    const float amax = amax_of(x + 32 * b, 32, &bad);
+    int8_t* qb = q + 32 * b;
+    if (bad) {
+      store256(qb, _mm256_setzero_si256());
+      d[b] = NAN;
+      if (s) s[b] = NAN;
+      continue;
+    }
+    const float dd = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    d[b] = _cvtsh_ss(_cvtss_sh(dd, 0));
+    const __m256i v = round_pack32(x + 32 * b, _mm256_set1_ps(id));
+    store256(qb, v);
+    if (s) {
+      const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
+      __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+      s[b] = _cvtsh_ss(_cvtss_sh(dd * float(_mm_cvtsi128_si32(t)), 0));
+    }
+  }
+}
+
+void quantize_q8_k_blocks(const float* x, int64_t nb, int8_t* q, float* d, int16_t* bsums) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* xb = x + 256 * b;
+    int8_t* qb = q + 256 * b;
+    int16_t* bs = bsums + 16 * b;
+    bool bad;
+    const float amax = amax_of(xb, 256, &bad);
+    if (bad || amax == 0.0f) {
+      for (int k = 0; k < 8; ++k) store256(qb + 32 * k, _mm256_setzero_si256());
+      store256(bs, _mm256_setzero_si256());
+      d[b] = bad ? NAN : 0.0f;
+      continue;
+    }
+    int j = 0;  // the first value of largest magnitude sets the sign
+    while (std::fabs(xb[j]) != amax) ++j;
+    const float iscale = -127.0f / xb[j];
+    const __m256 s = _mm256_set1_ps(iscale);
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    for (int k = 0; k < 8; ++k) {
+      const __m256i v = round_pack32(xb + 32 * k, s);
+      store256(qb + 32 * k, v);
+      // Sums of 16: the int16 pairs summed within each half.
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v), _mm256_set1_epi16(1));  // 8 x 4 values
+      const __m256i h = _mm256_hadd_epi32(p, p);   // per lane: [s01, s23, s01, s23]
+      const __m256i h2 = _mm256_hadd_epi32(h, h);  // per lane: 16-sum in every element
+      bs[2 * k] = int16_t(_mm256_extract_epi32(h2, 0));
+      bs[2 * k + 1] = int16_t(_mm256_extract_epi32(h2, 4));
+    }
+    d[b] = 1.0f / iscale;
   }
 }
 
@@ -498,6 +601,17 @@ void unpack_b32_rows_avx2(DType t, const uint8_t* w, size_t rb, int nr, int64_t 
       d[r * dstride + b - b0] = half_at(blk);
       if (m) m[r * dstride + b - b0] = t == DType::Q5_1 ? half_at(blk + 2) : 0.0f;
     }
+  }
+}
+
+void quantize_ggml_x_avx2(GgmlAct a, const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* s,
+                          int16_t* bsums) {
+  const int64_t blk = ggml_act_block(a), nb = cols / blk;
+  for (int64_t i = 0; i < n; ++i) {
+    if (a == GgmlAct::Q8_K)
+      quantize_q8_k_blocks(x + i * cols, nb, q + i * cols, d + i * nb, bsums + i * (cols / 16));
+    else
+      quantize_q8_0_blocks(x + i * cols, nb, q + i * cols, d + i * nb, a == GgmlAct::Q8_1 ? s + i * nb : nullptr);
   }
 }
 
