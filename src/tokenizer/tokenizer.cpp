@@ -169,7 +169,8 @@ std::unique_ptr<Tokenizer> Tokenizer::create(const VocabData& vocab) {
   const struct {
     const char* name;
     int32_t id;
-  } specials[] = {{"bos", vocab.bos}, {"eos", vocab.eos}, {"unk", vocab.unk}, {"pad", vocab.pad}, {"eot", vocab.eot}};
+  } specials[] = {{"bos", vocab.bos}, {"eos", vocab.eos}, {"unk", vocab.unk},
+                  {"pad", vocab.pad}, {"eot", vocab.eot}, {"eom", vocab.eom}};
   for (const auto& s : specials) {
     LLM_CHECK(s.id >= -1 && s.id < int32_t(n), LLM_ERR_FORMAT, "tokenizer: %s id %d outside vocabulary of %zu",
               s.name, int(s.id), n);
@@ -186,10 +187,11 @@ std::unique_ptr<Tokenizer> Tokenizer::create(const VocabData& vocab) {
          vocab.model.c_str());
   }
 
-  // End of generation: EOS, EOT and the well-known end markers present in the vocabulary.
+  // End of generation: EOS, EOT, EOM (Llama 3.1 tool calls) and the well-known
+  // end markers present in the vocabulary.
   std::vector<int32_t>& eog = tok->eog_ids_;
-  if (vocab.eos >= 0) eog.push_back(vocab.eos);
-  if (vocab.eot >= 0) eog.push_back(vocab.eot);
+  for (int32_t id : {vocab.eos, vocab.eot, vocab.eom})
+    if (id >= 0) eog.push_back(id);
   for (int32_t id = 0; id < int32_t(n); ++id) {
     const TokenType t = tok::token_type(vocab, id);
     if (t != TokenType::Control && t != TokenType::UserDefined && !vocab.types.empty()) continue;

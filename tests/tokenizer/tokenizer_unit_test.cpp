@@ -291,6 +291,25 @@ TEST(BpeTokenizer, SpecialTokens) {
   EXPECT_FALSE(t->strip_space_after_bos());
 }
 
+// End of generation: the file's eos, eot and eom ids, whatever their text.
+TEST(BpeTokenizer, EndOfGenerationIdsFromTheFile) {
+  BpeVocab bv;
+  const int32_t a = bv.add("<stop-a>", TokenType::Control);
+  const int32_t b = bv.add("<stop-b>", TokenType::Control);
+  const int32_t c = bv.add("<stop-c>", TokenType::Control);
+  const int32_t other = bv.add("<other>", TokenType::Control);
+  bv.v.eos = a;
+  bv.v.eot = b;
+  bv.v.eom = c;
+  auto t = Tokenizer::create(bv.v);
+  EXPECT_TRUE(t->is_eog(a));
+  EXPECT_TRUE(t->is_eog(b));
+  EXPECT_TRUE(t->is_eog(c));
+  EXPECT_FALSE(t->is_eog(other));
+  bv.v.eom = t->n_vocab();  // past the vocabulary: a format error
+  EXPECT_THROW(Tokenizer::create(bv.v), Error);
+}
+
 // User-defined tokens (added tokens that are not special) are found in the
 // text even without parse_special, as llama.cpp and Hugging Face do; control
 // tokens only with it; a user-defined end marker counts as control (llama.cpp).
