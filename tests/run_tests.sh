@@ -21,6 +21,17 @@ if [ -z "${LLM_GEMMA3_GGUF:-}" ]; then
     echo "run_tests.sh: Gemma 3 test model not available; its tests will skip" >&2
   fi
 fi
+# The tokenizer vectors of llama.cpp's models/ (tests/tokenizer/llamacpp_vocab_test.cpp), the same way.
+if [ -z "${LLM_VOCAB_DIR:-}" ]; then
+  if LLM_VOCAB_DIR=$(tests/models/fetch_llamacpp_vocabs.sh); then
+    export LLM_VOCAB_DIR
+  elif [ "${CI:-}" = true ]; then
+    echo "run_tests.sh: could not fetch the llama.cpp tokenizer vectors" >&2
+    exit 1
+  else
+    echo "run_tests.sh: llama.cpp tokenizer vectors not available; their test will skip" >&2
+  fi
+fi
 # GPU tests are labelled cuda and skip themselves without a GPU.
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 900
 # Sanitizer builds (ASan+UBSan on the whole suite, TSan on the concurrency
