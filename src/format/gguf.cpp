@@ -367,8 +367,8 @@ VocabData read_vocab(const GgufFile& g, const Logger* log) {
   const GgufValue* model = find_kind(g, "tokenizer.ggml.model", is_string, "a string");
   LLM_CHECK(model != nullptr, LLM_ERR_FORMAT, "gguf: missing 'tokenizer.ggml.model'");
   vd.model = model->s;
-  LLM_CHECK(vd.model == "llama" || vd.model == "gpt2", LLM_ERR_UNSUPPORTED,
-            "gguf: tokenizer model '%s' is not supported (llama, gpt2)", vd.model.c_str());
+  LLM_CHECK(vd.model == "llama" || vd.model == "gpt2" || vd.model == "gemma4", LLM_ERR_UNSUPPORTED,
+            "gguf: tokenizer model '%s' is not supported (llama, gpt2, gemma4)", vd.model.c_str());
   if (const GgufValue* pre = find_kind(g, "tokenizer.ggml.pre", is_string, "a string")) vd.pre = pre->s;
 
   const GgufValue* tokens = get_array(g, "tokenizer.ggml.tokens", GgufValue::STRING, false);
