@@ -165,6 +165,7 @@ bool type_traits(GgmlType t, TypeTraits* tt) {
     case GgmlType::Q6_K: *tt = {256, 210, "q6_K"}; return true;
     case GgmlType::Q8_K: *tt = {256, 292, "q8_K"}; return true;
     case GgmlType::IQ4_NL: *tt = {32, 18, "iq4_nl"}; return true;
+    case GgmlType::IQ4_XS: *tt = {256, 136, "iq4_xs"}; return true;
   }
   return false;
 }
@@ -547,6 +548,7 @@ ModelSource gguf_to_model_source(const GgufFile& gguf, std::shared_ptr<MappedFil
       case GgmlType::Q4_K: td.dtype = DType::Q4_K; td.group = 256; break;
       case GgmlType::Q5_K: td.dtype = DType::Q5_K; td.group = 256; break;
       case GgmlType::Q6_K: td.dtype = DType::Q6_K; td.group = 256; break;
+      case GgmlType::IQ4_XS: td.dtype = DType::IQ4_XS; td.group = 256; break;
       default: {
         // Not a native layout: decode exactly as ggml does, re-encode.
         const int64_t cols = td.cols(), rows = td.numel() / cols;

@@ -24,6 +24,8 @@
 //     Q5_K  256 values, 176 B: f16 d | f16 dmin | 12 B scales/mins | 32 B 5th bits | 128 B nibbles
 //     Q6_K  256 values, 210 B: 128 B low 4 bits | 64 B high 2 bits | 16 x int8 scales | f16 d
 //     IQ4_NL 32 values, 18 B: f16 d | 16 B nibbles indexing a fixed 16-value table
+//     IQ4_XS 256 values, 136 B: f16 d | u16 high scale bits | 4 B low scale bits |
+//                    128 B nibbles into IQ4_NL's table; 6-bit scale per 32 (bias 32)
 #pragma once
 
 #include <cstddef>
@@ -34,9 +36,10 @@ namespace llm {
 enum class DType : uint32_t {
   F32 = 0, F16 = 1, BF16 = 2, Q8 = 3, Q4 = 4, Q4M = 5,
   Q5_0 = 6, Q5_1 = 7, Q2_K = 8, Q3_K = 9, Q4_K = 10, Q5_K = 11, Q6_K = 12, IQ4_NL = 13,
+  IQ4_XS = 14,
 };
 
-constexpr uint32_t kDTypeCount = 14;  // one past the largest DType value
+constexpr uint32_t kDTypeCount = 15;  // one past the largest DType value
 
 inline const char* dtype_name(DType t) {
   switch (t) {
@@ -54,18 +57,20 @@ inline const char* dtype_name(DType t) {
     case DType::Q5_K: return "q5_K";
     case DType::Q6_K: return "q6_K";
     case DType::IQ4_NL: return "iq4_nl";
+    case DType::IQ4_XS: return "iq4_xs";
   }
   return "?";
 }
 
-// A GGUF block type kept as stored (Q5_0 .. IQ4_NL above).
-inline bool dtype_is_ggml_block(DType t) { return t >= DType::Q5_0 && t <= DType::IQ4_NL; }
+// A GGUF block type kept as stored (Q5_0 .. IQ4_XS above).
+inline bool dtype_is_ggml_block(DType t) { return t >= DType::Q5_0 && t <= DType::IQ4_XS; }
 
 // Values per block of a GGUF block type (its only valid group); 0 otherwise.
 inline int64_t ggml_block_values(DType t) {
   switch (t) {
     case DType::Q5_0: case DType::Q5_1: case DType::IQ4_NL: return 32;
-    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 256;
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::IQ4_XS: return 256;
     default: return 0;
   }
 }
@@ -81,6 +86,7 @@ inline size_t ggml_block_bytes(DType t) {
     case DType::Q4_K: return 144;
     case DType::Q5_K: return 176;
     case DType::Q6_K: return 210;
+    case DType::IQ4_XS: return 136;
     default: return 0;
   }
 }
@@ -114,7 +120,8 @@ inline size_t dtype_row_bytes(DType t, int64_t cols, uint32_t group) {
       if ((group != 32 && group != 64 && group != 128) || cols % group) return 0;
       return size_t(cols / group) * (4 + group / 2);
     case DType::Q5_0: case DType::Q5_1: case DType::IQ4_NL:
-    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: {
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::IQ4_XS: {
       const int64_t b = ggml_block_values(t);
       if (group != uint32_t(b) || cols % b) return 0;
       return size_t(cols / b) * ggml_block_bytes(t);

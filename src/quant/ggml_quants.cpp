@@ -103,6 +103,28 @@ void deq_iq4_nl(const uint8_t* b, float* y) {
   }
 }
 
+// IQ4_XS, 136 bytes: f16 d | u16 scales_h | scales_l[4] | qs[128]; per 32 values
+// the 6-bit scale ls (low 4 bits from scales_l, high 2 from scales_h), value
+// = (d * (ls - 32)) * table[nibble]; nibbles as in IQ4_NL, 16 bytes per 32.
+void deq_iq4_xs(const uint8_t* b, float* y) {
+  static const int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const float d = half_at(b);
+  uint16_t sh;
+  std::memcpy(&sh, b + 2, 2);
+  const uint8_t* sl = b + 4;
+  const uint8_t* qs = b + 8;
+  for (int ib = 0; ib < kQKK / 32; ++ib) {
+    const int ls = ((sl[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4);
+    const float dl = d * (ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * kValues[qs[j] & 0x0f];
+      y[j + 16] = dl * kValues[qs[j] >> 4];
+    }
+    y += 32;
+    qs += 16;
+  }
+}
+
 // Q2_K, 84 bytes: scales[16] (low nibble scale, high nibble min, per 16 values)
 // | qs[64] (2-bit, four planes) | f16 d | f16 dmin.
 void deq_q2_k(const uint8_t* b, float* y) {
@@ -264,6 +286,7 @@ bool decoder_for(GgmlType t, Decoder* dec) {
     case GgmlType::Q5_K: *dec = {kQKK, 176, deq_q5_k}; return true;
     case GgmlType::Q6_K: *dec = {kQKK, 210, deq_q6_k}; return true;
     case GgmlType::Q8_K: *dec = {kQKK, 292, deq_q8_k}; return true;
+    case GgmlType::IQ4_XS: *dec = {kQKK, 136, deq_iq4_xs}; return true;
     default: return false;
   }
 }
@@ -286,6 +309,7 @@ GgmlType ggml_type_of(DType t) {
     case DType::Q5_K: return GgmlType::Q5_K;
     case DType::Q6_K: return GgmlType::Q6_K;
     case DType::IQ4_NL: return GgmlType::IQ4_NL;
+    case DType::IQ4_XS: return GgmlType::IQ4_XS;
     default: break;
   }
   fail(LLM_ERR_INVALID_ARGUMENT, "ggml_type_of: %s is not a GGUF block type", dtype_name(t));

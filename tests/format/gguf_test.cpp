@@ -801,12 +801,26 @@ TEST(GgufModel, BlockTypesAreKeptAsStored) {
       ASSERT_EQ(std::memcmp(row.data(), ref + (r % 129) * 256, 256 * 4), 0) << c.name << " row " << r;
     }
   }
+  // IQ4_XS (not in the vectors file; its decoder has GgmlQuants.Iq4XsBlocks).
+  TinyLlama tl;
+  tl.dim = 256;
+  tl.hid = 256;
+  tl.heads = 2;
+  tl.kv_heads = 2;
+  tl.layers = 1;
+  tl.matrix_type = GgmlType::IQ4_XS;
+  const ModelSource m = load_bytes(tl.build());
+  const TensorData& t = tensor(m, "blk.0.ffn_up.weight");
+  EXPECT_EQ(t.dtype, DType::IQ4_XS);
+  EXPECT_EQ(t.group, 256u);
+  EXPECT_EQ(t.owned, nullptr);
+  EXPECT_EQ(t.nbytes, 256u * 136u);
 }
 
 // A row that is not a whole number of blocks is a format error naming the
 // tensor, never a crash; so is a 256-block type on rows of 32.
 TEST(GgufModel, BlockTypeRowsMustBeWholeBlocks) {
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS, GgmlType::Q5_0}) {
     TinyLlama tl;
     tl.dim = t == GgmlType::Q5_0 ? 48 : 32;
     tl.hid = 64;

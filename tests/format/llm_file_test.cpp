@@ -344,8 +344,8 @@ TEST(LlmFile, Stories260KRoundTrip) {
 TEST(LlmFile, GgufBlockTypesRoundTrip) {
   Fixture f = make_fixture();
   std::mt19937 rng(77);
-  const DType types[] = {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,
-                         DType::Q3_K, DType::Q4_K, DType::Q5_K,   DType::Q6_K};
+  const DType types[] = {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K,
+                         DType::Q4_K, DType::Q5_K, DType::Q6_K,   DType::IQ4_XS};
   for (DType t : types) {
     const uint32_t g = uint32_t(llm::ggml_block_values(t));
     const int64_t rows = 6, cols = 512;

@@ -46,7 +46,7 @@ inline std::vector<uint8_t> random_gguf_rows(DType t, int64_t rows, int64_t cols
   for (auto& b : out) b = uint8_t(byte(rng));
   // Scales so that values are around 0.05: per unit code, d times the
   // largest code magnitude times the sub-scale (K-quants, up to 63) ~ 1.
-  const float d_size = g == 32 ? 0.005f : t == DType::Q6_K ? 0.0002f : 0.0008f;
+  const float d_size = g == 32 ? 0.005f : t == DType::Q6_K || t == DType::IQ4_XS ? 0.0002f : 0.0008f;
   std::uniform_real_distribution<float> mag(0.25f, 1.0f);
   std::uniform_int_distribution<int> coin(0, 15);
   for (size_t blk = 0; blk < out.size() / bb; ++blk) {

@@ -1,5 +1,5 @@
 // Matmul of the GGUF block types run as stored (Q5_0, Q5_1, IQ4_NL, Q2_K ..
-// Q6_K), for every kernel family this CPU has:
+// Q6_K, IQ4_XS), for every kernel family this CPU has:
 //   - the activation quantizers give ggml's q8_0 / q8_1 / q8_K bytes (against
 //     a transcription of ggml's formulas here);
 //   - the unpackers give the plain ones' bytes, and the plain ones give the
@@ -35,8 +35,8 @@ using llm::cpu::WeightView;
 namespace kern = llm::cpu::kern;
 using llm::testing::random_gguf_rows;
 
-const DType kTypes[] = {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,
-                        DType::Q3_K, DType::Q4_K, DType::Q5_K,   DType::Q6_K};
+const DType kTypes[] = {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K,
+                        DType::Q4_K, DType::Q5_K, DType::Q6_K,   DType::IQ4_XS};
 
 template <typename F>
 void for_each_isa(F f) {
@@ -217,7 +217,8 @@ TEST(GgufUnpack, PlainUnpackersGiveGgmlValues) {
           EXPECT_EQ(u.d, u.dm);
         }
         for (int i = 0; i < 256; ++i) {
-          const double a = double(u.d) * u.sv[8 * (i / 16)] * u.q[i], m = double(u.dm) * u.mn[i / 16];
+          const int code = kern::k_signed(t) ? int(int8_t(u.q[i])) : int(u.q[i]);
+          const double a = double(u.d) * u.sv[8 * (i / 16)] * code, m = double(u.dm) * u.mn[i / 16];
           ASSERT_NEAR(a - m, want[i], 1e-6 * (std::fabs(a) + std::fabs(m)) + 1e-30) << "block " << b << " value " << i;
           ASSERT_EQ(u.sv[8 * (i / 16)], u.sv[8 * (i / 16) + 7]);
         }

@@ -218,6 +218,23 @@ void unpack_k_ref(DType t, const uint8_t* b, KUnpacked* o) {
       o->d = o->dm = half_at(b + 208);
       return;
     }
+    case DType::IQ4_XS: {
+      // f16 d | u16 scales_h | scales_l[4] | qs[128]; value = d * (ls - 32) * table[nibble]
+      uint16_t sh;
+      std::memcpy(&sh, b + 2, 2);
+      for (int ib = 0; ib < 8; ++ib) {
+        const int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4);
+        set_scale(o, 2 * ib, ls - 32);
+        set_scale(o, 2 * ib + 1, ls - 32);
+        const uint8_t* qs = b + 8 + 16 * ib;
+        for (int j = 0; j < 16; ++j) {
+          o->q[32 * ib + j] = uint8_t(kIq4nlValues[qs[j] & 0x0f]);
+          o->q[32 * ib + j + 16] = uint8_t(kIq4nlValues[qs[j] >> 4]);
+        }
+      }
+      o->d = o->dm = half_at(b);
+      return;
+    }
     default: break;
   }
   fail(LLM_ERR_INTERNAL, "unpack_k_ref: %s is not a K-quant", dtype_name(t));
@@ -259,7 +276,7 @@ void matmul_ggml_scalar(const WeightView& w, const GgmlX& x, int64_t n, float* y
   const size_t bb = ggml_block_bytes(w.dtype);
   if (x.act == GgmlAct::Q8_K) {
     const int64_t nsb = cols / 256;
-    const bool min_d = k_min_uses_d(w.dtype);
+    const bool min_d = k_min_uses_d(w.dtype), sgn = k_signed(w.dtype);
     thread_local std::vector<KUnpacked> row;
     if (row.size() < size_t(nsb)) row.resize(size_t(nsb));
     for (int64_t r = r0; r < r1; ++r) {
@@ -274,7 +291,10 @@ void matmul_ggml_scalar(const WeightView& w, const GgmlX& x, int64_t n, float* y
           int32_t S = 0, M = 0;
           for (int k = 0; k < 16; ++k) {
             int32_t dot = 0;
-            for (int j = 0; j < 16; ++j) dot += int32_t(u.q[16 * k + j]) * xq[sb * 256 + 16 * k + j];
+            for (int j = 0; j < 16; ++j) {
+              const int32_t code = sgn ? int32_t(int8_t(u.q[16 * k + j])) : int32_t(u.q[16 * k + j]);
+              dot += code * xq[sb * 256 + 16 * k + j];
+            }
             S += u.sv[8 * k] * dot;
             M += u.mn[k] * int32_t(bs[sb * 16 + k]);
           }

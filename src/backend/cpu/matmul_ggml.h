@@ -1,5 +1,5 @@
 // Internal interface of the matmul kernels for the GGUF block types that are
-// run as stored (quant/dtype.h: Q5_0, Q5_1, IQ4_NL, Q2_K .. Q6_K), in Fast
+// run as stored (quant/dtype.h: Q5_0, Q5_1, IQ4_NL, Q2_K .. Q6_K, IQ4_XS), in Fast
 // mode. Reference mode dequantizes them like every other type (matmul.cpp).
 //
 // The activations are quantized exactly as ggml quantizes them for that
@@ -9,7 +9,7 @@
 //                   q = round-half-even(x * (127 / amax));
 //   Q5_1         -> Q8_1: the same q and d, plus s = fp16(d * sum(q)) with
 //                   the unrounded d (the x86 AVX2 quantize_row_q8_1);
-//   K-quants     -> Q8_K: per 256 values, with max the value of largest
+//   K-quants, IQ4_XS -> Q8_K: per 256 values, with max the value of largest
 //                   magnitude (the first one on ties), iscale = -127 / max,
 //                   q = min(127, round-half-even(iscale * x)), d = 1 / iscale
 //                   kept in f32, and bsums = sum(q) per 16 values
@@ -72,8 +72,9 @@ void quantize_ggml_x(GgmlAct a, const float* x, int64_t n, int64_t cols, int8_t*
 // A K-quant super-block as codes and integer scales: its value i is
 //   d * sv[8 * (i / 16)] * q[i] - dm * mn[i / 16]   (exactly, in real arithmetic),
 // q unsigned (the format's bias moved into mn): Q2_K 0..3, Q3_K 0..7 (bias
-// 4), Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 (bias 32). Q3_K and Q6_K have
-// dm == d (k_min_uses_d). sv holds each of the 16 scales 8 times over
+// 4), Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 (bias 32); IQ4_XS: the table value
+// as int8 (-127..113, k_signed), mn = 0. Q3_K, Q6_K and IQ4_XS have dm == d
+// (k_min_uses_d). sv holds each of the 16 scales 8 times over
 // (sv[t] = scale of values 2t, 2t + 1): as int16 lanes it is the multiplier
 // of the pairs vpmaddubsw makes, 16 lanes (32 values) per AVX2 vector and 32
 // lanes (64 values) per AVX-512 one.
@@ -86,7 +87,9 @@ struct alignas(64) KUnpacked {
 };
 static_assert(sizeof(KUnpacked) == 576, "KUnpacked layout");
 
-inline bool k_min_uses_d(DType t) { return t == DType::Q3_K || t == DType::Q6_K; }
+inline bool k_min_uses_d(DType t) { return t == DType::Q3_K || t == DType::Q6_K || t == DType::IQ4_XS; }
+// Codes are int8 (IQ4_XS) rather than unsigned bytes.
+inline bool k_signed(DType t) { return t == DType::IQ4_XS; }
 
 // The plain decoders of one stored block into that form: the oracle of the
 // SIMD unpackers (which must give the same bytes).
@@ -119,7 +122,7 @@ void unpack_k_rows_avx2(DType t, const uint8_t* w, size_t rb, int nr, int64_t b0
 void unpack_b32_rows_avx2(DType t, const uint8_t* w, size_t rb, int nr, int64_t b0, int64_t b1, int8_t* q,
                           int64_t qstride, float* d, float* m, int64_t dstride, const uint8_t* pf);
 
-// AVX-512 family. It runs the K-quants, Q5_0 and IQ4_NL itself; Q5_1 it
+// AVX-512 family. It runs the K-quants, IQ4_XS, Q5_0 and IQ4_NL itself; Q5_1 it
 // hands to the AVX2 kernels (ggml_avx512_runs), for decode and prefill alike.
 bool ggml_avx512_runs(DType t);
 // Q5_0 / IQ4_NL activations in the quad layout of gemm_kernels.h

@@ -196,6 +196,28 @@ void unpack_q6k(const uint8_t* b, KUnpacked* o) {
   o->d = o->dm = half_at(b + 208);
 }
 
+// The 16 nibble bytes at p as 32 values: low nibbles, then high nibbles.
+inline __m256i nibbles32(const uint8_t* p) {
+  const __m128i v = load128(p);
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+}
+
+// IQ4_XS: 8 scales of 32 values (6 bits, bias 32), table values as int8.
+void unpack_iq4xs(const uint8_t* b, KUnpacked* o) {
+  uint16_t sh;
+  std::memcpy(&sh, b + 2, 2);
+  int16_t sc[8];
+  for (int ib = 0; ib < 8; ++ib)
+    sc[ib] = int16_t((((b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4)) - 32);
+  expand_scales8(_mm_setr_epi16(sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7]), o->sv);
+  store256(o->mn, _mm256_setzero_si256());
+  const __m256i table = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                                         -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+  LLM_UNROLL for (int ib = 0; ib < 8; ++ib) store256(o->q + 32 * ib, _mm256_shuffle_epi8(table, nibbles32(b + 8 + 16 * ib)));
+  o->d = o->dm = half_at(b);
+}
+
 // The 32 fifth bits of a Q5 block as 0 / 16 bytes in value order.
 inline __m256i q5_high(const uint8_t* qh_p) {
   uint32_t qh;
@@ -207,12 +229,6 @@ inline __m256i q5_high(const uint8_t* qh_p) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bits), bits), _mm256_set1_epi8(16));
 }
 
-// The 16 nibble bytes at p as 32 values: low nibbles, then high nibbles.
-inline __m256i nibbles32(const uint8_t* p) {
-  const __m128i v = load128(p);
-  const __m128i m4 = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
-}
 
 inline __m256i unpack_b32(DType t, const uint8_t* b) {
   switch (t) {
@@ -230,7 +246,7 @@ inline __m256i unpack_b32(DType t, const uint8_t* b) {
 
 // R unpacked rows (wb, row stride ws blocks) x C x rows over nsb super-blocks;
 // writes y[c * ys + r].
-template <int R, int C, bool MinD>
+template <int R, int C, bool MinD, bool Signed>
 void k_tile(const KUnpacked* wb, int64_t ws, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
             int64_t xcols, float* y, int64_t ys) {
   __m256 acc[R][C];
@@ -247,8 +263,15 @@ void k_tile(const KUnpacked* wb, int64_t ws, int64_t nsb, const int8_t* xq, cons
         const KUnpacked& u = wb[r * ws + sb];
         const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.q + 32 * k));
         const __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.sv + 16 * k));
-        LLM_UNROLL for (int c = 0; c < C; ++c)
-          S[r][c] = _mm256_add_epi32(S[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv[c]), s));
+        if constexpr (Signed) {  // |w| and w's sign moved onto x: pairs of at most 2 * 127 * 127
+          const __m256i aw = _mm256_sign_epi8(w, w);
+          LLM_UNROLL for (int c = 0; c < C; ++c)
+            S[r][c] = _mm256_add_epi32(
+                S[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[c], w)), s));
+        } else {
+          LLM_UNROLL for (int c = 0; c < C; ++c)
+            S[r][c] = _mm256_add_epi32(S[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv[c]), s));
+        }
       }
     }
     LLM_UNROLL for (int c = 0; c < C; ++c) {
@@ -275,12 +298,12 @@ void k_tile(const KUnpacked* wb, int64_t ws, int64_t nsb, const int8_t* xq, cons
 // x, code and scale vectors fill the 16 ymm registers.
 constexpr int kKCols = 2;
 
-template <int R, bool MinD>
+template <int R, bool MinD, bool Signed>
 void k_rows(const KUnpacked* wb, int64_t nsb, const GgmlX& x, int64_t n, float* y, int64_t ys) {
   const int64_t cols = x.cols;
   auto tile = [&](auto cols_tag, int64_t c0) {
     constexpr int C = decltype(cols_tag)::value;
-    k_tile<R, C, MinD>(wb, nsb, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols,
+    k_tile<R, C, MinD, Signed>(wb, nsb, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols,
                        y + c0 * ys, ys);
   };
   int64_t c0 = 0;
@@ -288,7 +311,7 @@ void k_rows(const KUnpacked* wb, int64_t nsb, const GgmlX& x, int64_t n, float* 
   for (; c0 < n; ++c0) tile(std::integral_constant<int, 1>{}, c0);
 }
 
-template <bool MinD>
+template <bool MinD, bool Signed = false>
 void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   const int64_t nsb = w.cols / 256;
   thread_local std::vector<KUnpacked> buf;
@@ -299,10 +322,10 @@ void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t 
     const uint8_t* pf = n == 1 ? wr + decode_ahead(w) : nullptr;
     unpack_k_rows_avx2(w.dtype, wr, w.row_bytes, nr, 0, nsb, buf.data(), nsb, pf);
     switch (nr) {
-      case 4: k_rows<4, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
-      case 3: k_rows<3, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
-      case 2: k_rows<2, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
-      default: k_rows<1, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      case 4: k_rows<4, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      case 3: k_rows<3, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      case 2: k_rows<2, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      default: k_rows<1, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
     }
   }
 }
@@ -579,6 +602,7 @@ void unpack_k_rows_avx2(DType t, const uint8_t* w, size_t rb, int nr, int64_t b0
         case DType::Q3_K: unpack_q3k(blk, ob); break;
         case DType::Q4_K: unpack_q45k<false>(blk, ob); break;
         case DType::Q5_K: unpack_q45k<true>(blk, ob); break;
+        case DType::IQ4_XS: unpack_iq4xs(blk, ob); break;
         default: unpack_q6k(blk, ob); break;
       }
     }
@@ -617,7 +641,9 @@ void quantize_ggml_x_avx2(GgmlAct a, const float* x, int64_t n, int64_t cols, in
 
 void matmul_ggml_avx2(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   if (x.act == GgmlAct::Q8_K) {
-    if (k_min_uses_d(w.dtype))
+    if (k_signed(w.dtype))
+      k_matmul<true, true>(w, x, n, y, r0, r1);
+    else if (k_min_uses_d(w.dtype))
       k_matmul<true>(w, x, n, y, r0, r1);
     else
       k_matmul<false>(w, x, n, y, r0, r1);

@@ -71,7 +71,7 @@ inline float hsum16(__m512 v) {
 
 // --- K-quant tiles ---------------------------------------------------------
 
-template <int R, int C, bool MinD>
+template <int R, int C, bool MinD, bool Signed>
 void k_tile(const KUnpacked* wb, int64_t ws, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
             int64_t xcols, float* y, int64_t ys) {
   __m512 acc[R][C];
@@ -88,8 +88,19 @@ void k_tile(const KUnpacked* wb, int64_t ws, int64_t nsb, const int8_t* xq, cons
         const KUnpacked& u = wb[r * ws + sb];
         const __m512i w = _mm512_load_si512(u.q + 64 * p);
         const __m512i s = _mm512_load_si512(u.sv + 32 * p);
-        LLM_UNROLL for (int c = 0; c < C; ++c)
-          S[r][c] = _mm512_dpwssd_epi32(S[r][c], _mm512_maddubs_epi16(w, xv[c]), s);
+        if constexpr (Signed) {
+          // |w|, and x negated where w < 0 (x is never -128): pairs of at
+          // most 2 * 127 * 127.
+          const __m512i aw = _mm512_abs_epi8(w);
+          const __mmask64 neg = _mm512_movepi8_mask(w);
+          LLM_UNROLL for (int c = 0; c < C; ++c) {
+            const __m512i xs = _mm512_mask_sub_epi8(xv[c], neg, _mm512_setzero_si512(), xv[c]);
+            S[r][c] = _mm512_dpwssd_epi32(S[r][c], _mm512_maddubs_epi16(aw, xs), s);
+          }
+        } else {
+          LLM_UNROLL for (int c = 0; c < C; ++c)
+            S[r][c] = _mm512_dpwssd_epi32(S[r][c], _mm512_maddubs_epi16(w, xv[c]), s);
+        }
       }
     }
     LLM_UNROLL for (int c = 0; c < C; ++c) {
@@ -118,12 +129,12 @@ void k_tile(const KUnpacked* wb, int64_t ws, int64_t nsb, const int8_t* xq, cons
 // and scale vectors and a product fit the 32 zmm registers.
 constexpr int kKCols = 4;
 
-template <int R, bool MinD>
+template <int R, bool MinD, bool Signed>
 void k_rows(const KUnpacked* wb, int64_t nsb, const GgmlX& x, int64_t n, float* y, int64_t ys) {
   const int64_t cols = x.cols;
   auto tile = [&](auto cols_tag, int64_t c0) {
     constexpr int C = decltype(cols_tag)::value;
-    k_tile<R, C, MinD>(wb, nsb, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols,
+    k_tile<R, C, MinD, Signed>(wb, nsb, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols,
                        y + c0 * ys, ys);
   };
   int64_t c0 = 0;
@@ -136,7 +147,7 @@ void k_rows(const KUnpacked* wb, int64_t nsb, const GgmlX& x, int64_t n, float* 
   }
 }
 
-template <bool MinD>
+template <bool MinD, bool Signed = false>
 void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   const int64_t nsb = w.cols / 256;
   thread_local std::vector<KUnpacked> buf;
@@ -147,10 +158,10 @@ void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t 
     const uint8_t* pf = n == 1 ? wr + decode_ahead(w) : nullptr;
     unpack_k_rows_avx2(w.dtype, wr, w.row_bytes, nr, 0, nsb, buf.data(), nsb, pf);
     switch (nr) {
-      case 4: k_rows<4, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
-      case 3: k_rows<3, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
-      case 2: k_rows<2, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
-      default: k_rows<1, MinD>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      case 4: k_rows<4, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      case 3: k_rows<3, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      case 2: k_rows<2, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
+      default: k_rows<1, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
     }
   }
 }
@@ -379,7 +390,9 @@ void ggml_quads_avx512(DType t, const GgmlX& x, int64_t n, uint8_t* out) {
 
 void matmul_ggml_avx512(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   if (x.act == GgmlAct::Q8_K) {
-    if (k_min_uses_d(w.dtype))
+    if (k_signed(w.dtype))
+      k_matmul<true, true>(w, x, n, y, r0, r1);
+    else if (k_min_uses_d(w.dtype))
       k_matmul<true>(w, x, n, y, r0, r1);
     else
       k_matmul<false>(w, x, n, y, r0, r1);
