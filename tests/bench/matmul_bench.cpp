@@ -11,6 +11,10 @@
 //   BM_Gemm/<dtype>/rows/cols/threads : n = 128 (prefill), FLOP/s = 2*rows*cols*n.
 //
 //   BM_FmaPeak512/threads    : the same with 512-bit FMAs (AVX-512 CPUs).
+//   BM_GemvGguf, BM_GemmGguf : the same for the GGUF block types run as stored
+//                              (q5_0 .. iq4_nl), on square shapes and on Gemma 3
+//                              270M's (640 wide: q, gate/up are q5_0 there;
+//                              attn_output and ffn_down q4_K / q6_K).
 //
 // Compare BM_Gemv bytes_per_second with BM_ReadBandwidth at the same thread
 // count, and BM_Gemm FLOP/s with BM_FmaPeak (AVX2 kernels) or BM_FmaPeak512
@@ -75,6 +79,18 @@ void fill_weights(DType t, uint32_t group, int64_t rows, int64_t cols, uint8_t* 
       case DType::Q4:
         for (int64_t b = 0; b < cols / group; ++b) std::memcpy(row + b * (2 + group / 2), &scale, 2);
         break;
+      case DType::Q5_0: case DType::Q5_1: case DType::IQ4_NL: case DType::IQ4_XS:
+      case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: {
+        // The f16 scale (and minimum) fields of each block; the rest stays random.
+        const size_t bb = llm::ggml_block_bytes(t);
+        const size_t d_at = t == DType::Q2_K ? 80 : t == DType::Q3_K ? 108 : t == DType::Q6_K ? 208 : 0;
+        const bool has_min = t == DType::Q5_1 || t == DType::Q2_K || t == DType::Q4_K || t == DType::Q5_K;
+        for (int64_t b = 0; b < cols / int64_t(group); ++b) {
+          std::memcpy(row + b * bb + d_at, &scale, 2);
+          if (has_min) std::memcpy(row + b * bb + d_at + 2, &scale, 2);
+        }
+        break;
+      }
       default:
         for (int64_t k = 0; k < cols; ++k) {
           const float f = nd(rng);
@@ -238,7 +254,8 @@ BENCHMARK(BM_FmaPeak512)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // ---------------------------------------------------------------------------
 // Kernels. Args: dtype code (0 f32, 1 f16, 3 q8, 4 q4 g32, 5 q4 g128,
-// 6 q8 Reference mode), rows, cols, threads.
+// 6 q8 Reference mode, 7 q5_0, 8 q4_K, 9 q6_K, 10 q5_K, 11 q3_K, 12 q2_K,
+// 13 q5_1, 14 iq4_nl, 15 q4_K Reference mode, 16 iq4_xs), rows, cols, threads.
 
 struct Variant {
   DType dtype;
@@ -254,6 +271,16 @@ Variant variant(int64_t code) {
     case 3: return {DType::Q8, 32, MatmulMode::Fast};
     case 4: return {DType::Q4, 32, MatmulMode::Fast};
     case 5: return {DType::Q4, 128, MatmulMode::Fast};
+    case 7: return {DType::Q5_0, 32, MatmulMode::Fast};
+    case 8: return {DType::Q4_K, 256, MatmulMode::Fast};
+    case 9: return {DType::Q6_K, 256, MatmulMode::Fast};
+    case 10: return {DType::Q5_K, 256, MatmulMode::Fast};
+    case 11: return {DType::Q3_K, 256, MatmulMode::Fast};
+    case 12: return {DType::Q2_K, 256, MatmulMode::Fast};
+    case 13: return {DType::Q5_1, 32, MatmulMode::Fast};
+    case 14: return {DType::IQ4_NL, 32, MatmulMode::Fast};
+    case 15: return {DType::Q4_K, 256, MatmulMode::Reference};
+    case 16: return {DType::IQ4_XS, 256, MatmulMode::Fast};
     default: return {DType::Q8, 32, MatmulMode::Reference};
   }
 }
@@ -283,7 +310,7 @@ void run_matmul(benchmark::State& state, int64_t n, size_t rotate) {
   state.counters["FLOP/s"] = benchmark::Counter(
       double(state.iterations()) * 2.0 * double(rows) * double(cols) * double(n),
       benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(llm::dtype_name(v.dtype)) + (v.group == 128 ? "g128" : "") +
+  state.SetLabel(std::string(llm::dtype_name(v.dtype)) + (v.dtype == DType::Q4 && v.group == 128 ? "g128" : "") +
                  (v.mode == MatmulMode::Reference ? "/ref" : "") + "/" +
                  llm::cpu::isa_name(llm::cpu::active_isa()));
 }
@@ -307,6 +334,27 @@ void gemm_args(benchmark::internal::Benchmark* b) {
       b->Args({code, s[0], s[1], Threads});
     }
 }
+
+// GGUF block types: every type on 2048 x 2048, then Gemma 3 270M's shapes
+// with the types its Q4_K_M file gives them, and q8 (the old import) for
+// comparison.
+template <int64_t Threads>
+void gguf_args(benchmark::internal::Benchmark* b) {
+  for (int64_t code : {7, 8, 9, 10, 11, 12, 13, 14, 16}) b->Args({code, 2048, 2048, Threads});
+  for (int64_t code : {7, 3}) {
+    b->Args({code, 1024, 640, Threads});
+    b->Args({code, 2048, 640, Threads});
+  }
+  for (int64_t code : {8, 9, 3}) b->Args({code, 640, 2048, Threads});
+}
+
+void BM_GemvGguf(benchmark::State& state) { run_matmul(state, 1, kRotateBytes); }
+void BM_GemmGguf(benchmark::State& state) { run_matmul(state, 128, 0); }
+
+BENCHMARK(BM_GemvGguf)->Apply(gguf_args<1>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GemvGguf)->Apply(gguf_args<2>)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GemmGguf)->Apply(gguf_args<1>)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GemmGguf)->Apply(gguf_args<2>)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_Gemv)->Apply(gemv_args<1>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Gemv)->Apply(gemv_args<2>)->UseRealTime()->Unit(benchmark::kMicrosecond);
