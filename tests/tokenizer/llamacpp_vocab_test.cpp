@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "vocab_vectors.h"
 #include "common/status_of.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -56,17 +57,7 @@ std::vector<std::string> read_texts(const fs::path& path) {
 }
 
 // .out: one line of ids per text.
-std::vector<Ids> read_ids(const fs::path& path) {
-  std::istringstream in(slurp(path));
-  std::vector<Ids> out;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    Ids ids;
-    for (int32_t id; ls >> id;) ids.push_back(id);
-    out.push_back(std::move(ids));
-  }
-  return out;
-}
+std::vector<Ids> read_ids(const fs::path& path) { return testing::parse_vocab_ids(slurp(path)); }
 
 std::string escaped(const std::string& s) {
   std::string r;

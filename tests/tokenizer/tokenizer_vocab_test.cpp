@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "vocab_vectors.h"
 #include "common/reference.h"
 #include "format/gguf.h"
 #include "format/llama2c.h"
@@ -40,17 +41,7 @@ std::vector<std::string> read_inputs(const std::string& path) {
   return texts;
 }
 
-std::vector<Ids> read_outputs(const std::string& path) {
-  std::istringstream in(read_file(path));
-  std::vector<Ids> out;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    Ids ids;
-    for (int32_t id; ls >> id;) ids.push_back(id);
-    out.push_back(std::move(ids));
-  }
-  return out;
-}
+std::vector<Ids> read_outputs(const std::string& path) { return llm::testing::parse_vocab_ids(read_file(path)); }
 
 Ids encode(const Tokenizer& t, const std::string& s, bool add_bos = false, bool special = false) {
   Ids out;
