@@ -191,23 +191,6 @@ void Model::build_layer(int32_t i) {
   l.inv_freq = l.window ? inv_freq_local_.data() : inv_freq_global_.data();
 }
 
-// What the CUDA backend's forward does not implement yet (empty: runs there).
-static std::string cuda_limit_of(const ModelConfig& c, const std::vector<LayerWeights>& layers) {
-  const BlockSpec& s = c.spec;
-  if (s.rope_kind != RopeKind::Interleaved) return "NeoX RoPE";
-  if (s.rope_dims != c.head_dim) return "partial rotary dimensions";
-  if (s.rope_factors || s.rope_freq_scale != 1.0f) return "RoPE frequency factors or scaling";
-  if (s.any_window()) return "sliding-window attention";
-  if (s.attn_softcap > 0 || s.final_softcap > 0) return "logit softcaps";
-  if (s.attn_scale > 0 && s.attn_scale != 1.0f / std::sqrt(float(c.head_dim))) return "a query scale";
-  if (s.act != Activation::SiLU) return "GELU";
-  if (s.embed_scale != 1.0f) return "an embedding scale";
-  if (s.qk_norm || s.post_norms) return "QK-norm or post-norms";
-  for (const LayerWeights& l : layers)
-    if (l.bq || l.bk || l.bv || l.bo) return "attention biases";
-  return std::string();
-}
-
 void Model::build(const LoadOptions& opts) {
   const ModelConfig& c = src_.config;
   tokenizer_ = Tokenizer::create(src_.vocab);
@@ -246,7 +229,8 @@ void Model::build(const LoadOptions& opts) {
               "tensor '%s' is not used by the '%s' model block; refusing a model it would change", t.name.c_str(),
               c.arch.c_str());
   used_.clear();
-  cuda_limit_ = cuda_limit_of(c, layers_);
+  // The CUDA forward implements the plain Llama block only (empty: it runs there).
+  cuda_limit_ = non_llama_feature(src_);
 
   // The dominant weight type (most bytes among the layer matrices).
   std::map<DType, uint64_t> bytes_by_type;
