@@ -175,15 +175,7 @@ extern "C" LLM_API llm_status llm_tokenize(const llm_model* model, const char* t
   LLM_API_END
 }
 
-static llm_status copy_out(const std::string& s, char* buf, size_t capacity, size_t* length) {
-  *length = s.size();
-  if (s.size() > capacity) {
-    llm::api::set_last_error("text buffer too small; *length holds the size needed");
-    return LLM_ERR_BUFFER_TOO_SMALL;
-  }
-  if (!s.empty()) std::memcpy(buf, s.data(), s.size());
-  return LLM_OK;
-}
+using llm::api::copy_out;
 
 static void check_token(const llm::Model& m, llm_token token) {
   LLM_CHECK(token >= 0 && token < m.tokenizer().n_vocab(), LLM_ERR_INVALID_ARGUMENT, "token id %d outside [0, %d)",

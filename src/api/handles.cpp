@@ -33,6 +33,17 @@ void unregister_handle(const void* h) {
   registry().erase(h);
 }
 
+llm_status copy_out(const std::string& s, char* buf, size_t capacity, size_t* length, bool nul) {
+  *length = s.size();
+  if (s.size() + (nul ? 1 : 0) > capacity) {
+    set_last_error("text buffer too small; *length holds the size needed");
+    return LLM_ERR_BUFFER_TOO_SMALL;
+  }
+  if (!s.empty()) std::memcpy(buf, s.data(), s.size());
+  if (nul) buf[s.size()] = '\0';
+  return LLM_OK;
+}
+
 bool is_live(const void* h) {
   if (!h) return false;
   std::shared_lock<std::shared_mutex> lk(registry_mutex());

@@ -38,6 +38,11 @@ bool is_live(const void* h);
 llm::Model& model_of(const llm_model* m);     // throws INVALID_ARGUMENT
 llm::Session& session_of(const llm_session* s);
 
+// Copies s into a caller's buffer: *length = s.size(); with nul, a NUL
+// follows (capacity must be >= s.size() + 1). Too small a buffer is
+// LLM_ERR_BUFFER_TOO_SMALL (the size needed is in *length), nothing written.
+llm_status copy_out(const std::string& s, char* buf, size_t capacity, size_t* length, bool nul = false);
+
 void set_last_error(const char* msg) noexcept;  // never allocates
 void clear_last_error() noexcept;
 llm_status status_from_current_exception();

@@ -38,6 +38,11 @@ static const any_fn kExports[] = {
   (any_fn)llm_session_fork,
   (any_fn)llm_session_save,
   (any_fn)llm_session_restore,
+  (any_fn)llm_text_stream_create,
+  (any_fn)llm_text_stream_push,
+  (any_fn)llm_text_stream_flush,
+  (any_fn)llm_text_stream_reset,
+  (any_fn)llm_text_stream_free,
 };
 
 int main(void) {
