@@ -428,6 +428,7 @@ VocabData read_vocab(const GgufFile& g, const Logger* log) {
   vd.add_bos = add_bos ? add_bos->u != 0 : spm;
   const GgufValue* add_space = find_kind(g, "tokenizer.ggml.add_space_prefix", is_bool, "a bool");
   vd.add_space_prefix = add_space ? add_space->u != 0 : spm;
+  if (const GgufValue* tpl = find_kind(g, "tokenizer.chat_template", is_string, "a string")) vd.chat_template = tpl->s;
   return vd;
 }
 

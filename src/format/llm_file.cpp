@@ -278,6 +278,7 @@ std::vector<uint8_t> encode_metadata(const ModelConfig& c, const VocabData& v,
   e.i64("vocab.eom", v.eom);
   e.i64("vocab.add_bos", v.add_bos ? 1 : 0);
   e.i64("vocab.add_space_prefix", v.add_space_prefix ? 1 : 0);
+  if (!v.chat_template.empty()) e.str("vocab.chat_template", v.chat_template);
   for (const auto& kv : meta) e.str("meta." + kv.first, kv.second);
   return e.finish();
 }
@@ -407,6 +408,7 @@ void decode_metadata(const uint8_t* data, size_t size, ModelSource* src) {
     else if (key == "vocab.eom") v.eom = get_i32(-1);
     else if (key == "vocab.add_bos") v.add_bos = get_i64() != 0;
     else if (key == "vocab.add_space_prefix") v.add_space_prefix = get_i64() != 0;
+    else if (key == "vocab.chat_template") v.chat_template = get_str();
     // Anything else: a key from a later writer; ignored.
   }
   LLM_CHECK(r.remaining() == 0, LLM_ERR_FORMAT, ".llm metadata: %zu trailing bytes", r.remaining());

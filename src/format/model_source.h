@@ -67,6 +67,7 @@ struct VocabData {
   int32_t bos = -1, eos = -1, unk = -1, pad = -1, eot = -1, eom = -1;
   bool add_bos = true;
   bool add_space_prefix = true;     // SPM dummy prefix
+  std::string chat_template;        // the model's Jinja chat template (empty: none in the file)
 };
 
 struct TensorData {

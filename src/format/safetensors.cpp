@@ -675,6 +675,29 @@ bool exists_file(const fs::path& p) {
   return fs::is_regular_file(p, ec);
 }
 
+// The chat template of a Hugging Face folder: chat_template.jinja when it
+// exists (newer transformers write it there), else tokenizer_config.json's
+// "chat_template", a string or a list of {"name", "template"} of which the
+// one named "default" is taken. Empty when there is none.
+std::string hf_chat_template(const fs::path& dir, const json::Value* tcfg) {
+  if (exists_file(dir / "chat_template.jinja")) {
+    auto f = open_in(dir, "chat_template.jinja");
+    return std::string(reinterpret_cast<const char*>(f->data()), f->size());
+  }
+  const json::Value* t = tcfg ? tcfg->find("chat_template") : nullptr;
+  if (!t) return {};
+  if (t->is_string()) return t->as_string("chat_template");
+  if (t->is_array()) {
+    for (const json::Value& e : t->as_array("chat_template")) {
+      const json::Value* name = e.find("name");
+      const json::Value* text = e.find("template");
+      if (name && text && name->is_string() && name->as_string("name") == "default")
+        return text->as_string("chat_template template");
+    }
+  }
+  return {};
+}
+
 struct Shard {
   std::shared_ptr<MappedFile> file;
   SafetensorsFile st;
@@ -855,6 +878,7 @@ ModelSource read_hf_folder(const std::string& dir_str, const Logger* log) {
     fail(LLM_ERR_IO, "'%s' has neither tokenizer.model nor tokenizer.json", dir_str.c_str());
   }
   VocabData& v = src.vocab;
+  v.chat_template = hf_chat_template(dir, tcfg.get());
   LLM_CHECK(int64_t(v.tokens.size()) <= V, LLM_ERR_FORMAT,
             "the tokenizer has %zu tokens but the embedding only %lld rows", v.tokens.size(), (long long)V);
   if (int64_t(v.tokens.size()) < V) {
