@@ -75,7 +75,7 @@ if have asan; then
   # The test binaries and what ctest needs (llm-convert and llm-run for
   # tools.convert_cli); not the other tools or the bindings.
   targets=(llm_unit_tests llm_ops_tests llm_format_tests llm_tokenizer_tests llm_quant_tests llm_kv_tests
-           llm_engine_tests llm_e2e_tests llm_fuzz_replay_tests llm_fuzz_make_seeds llm_abi_runtime llm_no_output_test
+           llm_engine_tests llm_chat_tests llm_grammar_tests llm_e2e_tests llm_fuzz_replay_tests llm_fuzz_make_seeds llm_abi_runtime llm_no_output_test
            llm-convert llm-run)
   available=$(cmake --build "$ASAN_DIR" --target help 2>/dev/null | sed -n 's/^\([A-Za-z0-9_-]*\): .*/\1/p')
   existing=()
@@ -132,12 +132,15 @@ if have fuzz; then
       gguf) dict=(-dict="$root/tests/fuzz/gguf.dict") ;;
     esac
     mkdir -p "$FUZZ_DIR/fuzz-corpus/$t" "$FUZZ_DIR/fuzz-seeds/$t"
+    # Committed inputs (tests/fuzz/regressions/<target>/) seed the run too.
+    local regress=()
+    [ -d "$root/tests/fuzz/regressions/$t" ] && regress=("$root/tests/fuzz/regressions/$t")
     # Leak checking per input is on (libFuzzer's default with ASan). -timeout
     # makes a hang a crash; -rss_limit_mb and -malloc_limit_mb make an
     # unbounded allocation one.
     "$FUZZ_DIR/bin/llm_fuzz_$t" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 -timeout=30 \
       -rss_limit_mb=2048 -malloc_limit_mb=1024 -artifact_prefix="$FUZZ_DIR/fuzz-artifacts/$t-" "${dict[@]}" \
-      "$FUZZ_DIR/fuzz-corpus/$t" "$FUZZ_DIR/fuzz-seeds/$t" > "$FUZZ_DIR/fuzz-logs/$t.log" 2>&1
+      "$FUZZ_DIR/fuzz-corpus/$t" "$FUZZ_DIR/fuzz-seeds/$t" "${regress[@]}" > "$FUZZ_DIR/fuzz-logs/$t.log" 2>&1
     echo $? > "$FUZZ_DIR/fuzz-logs/$t.rc"
   }
   export -f run_one
