@@ -54,7 +54,7 @@ extern "C" {
 /* ---------------------------------------------------------------- version */
 
 #define LLM_VERSION_MAJOR 0
-#define LLM_VERSION_MINOR 1
+#define LLM_VERSION_MINOR 2
 #define LLM_VERSION_PATCH 0
 #define LLM_VERSION_NUMBER (LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH)
 
@@ -291,6 +291,16 @@ typedef struct llm_sampling {
   float repeat_penalty;  /* CTRL-style penalty on recent tokens; 1: off */
   uint64_t seed;         /* the same seed and inputs give the same tokens */
   int32_t repeat_last_n; /* window of recent tokens for repeat_penalty; default 64 */
+  /* Since 0.2. Optional grammar (llm_grammar_create / llm_grammar_from_json_schema;
+   * NULL = none): tokens it forbids get probability 0 before the other
+   * settings apply. The session keeps the grammar's state from the first
+   * llm_decode_step that passes it; llm_prefill, llm_session_reset or a
+   * different grammar start it over. End-of-generation tokens are allowed
+   * only where the grammar may end, and once it has ended they are the only
+   * tokens allowed, so a grammar that reaches its end ends the generation.
+   * The grammar must outlive its use in llm_decode_step; sessions keep no
+   * pointer to it after llm_prefill/reset. */
+  const struct llm_grammar *grammar;
 } llm_sampling;
 
 /* Writes the defaults (greedy) into *sampling. NULL is a no-op. Since 0.1. */
@@ -362,6 +372,118 @@ LLM_API llm_status llm_session_save(const llm_session *session, void *buf, size_
  * (newer version, different model), LLM_ERR_CONTEXT_FULL (no pages left).
  * Since 0.1. */
 LLM_API llm_status llm_session_restore(llm_model *model, const void *buf, size_t length, llm_session **out_session);
+
+/* ---------------------------------------------------------------- chat (since 0.2) */
+
+typedef struct llm_chat_message {
+  const char *role;    /* "system", "user", "assistant", ...: NUL-terminated UTF-8 */
+  const char *content; /* NUL-terminated UTF-8 */
+} llm_chat_message;
+
+typedef struct llm_chat_params {
+  uint32_t struct_size;
+  /* Jinja2 chat template text (NUL-terminated). NULL (default): the model's
+   * own template (GGUF tokenizer.chat_template, the safetensors folder's
+   * chat_template), or, when the file has none, the built-in format the
+   * documented rule picks from the architecture and the special tokens
+   * (docs/CHAT.md). */
+  const char *template_source;
+  int32_t add_generation_prompt; /* non-zero (default): end with the header of the assistant's turn */
+} llm_chat_params;
+
+/* Writes the defaults into *params (and sets struct_size). NULL is a no-op. Since 0.2. */
+LLM_API void llm_chat_params_init(llm_chat_params *params);
+
+/* Renders a conversation into prompt text through a chat template, byte for
+ * byte as Python's jinja2 renders it for transformers' apply_chat_template
+ * (trim_blocks, lstrip_blocks; variables messages, add_generation_prompt,
+ * bos_token, eos_token; raise_exception). The template runs sandboxed and
+ * bounded in steps, memory and recursion. `model` may be NULL when
+ * params->template_source is set (bos_token and eos_token are then "").
+ * The text usually begins with the BOS text already: tokenize it with
+ * LLM_TOKENIZE_PARSE_SPECIAL and without LLM_TOKENIZE_ADD_BOS then.
+ * Writes a NUL-terminated string; *length = its length without the NUL.
+ * Returns LLM_OK, LLM_ERR_BUFFER_TOO_SMALL (*length = length needed; buf
+ * may be NULL with capacity 0), LLM_ERR_INVALID_ARGUMENT (malformed
+ * template, with line and column in llm_last_error; raise_exception; a
+ * bound exceeded), LLM_ERR_UNSUPPORTED (a construct outside the supported
+ * subset; never a wrong string; or no template and no built-in applies).
+ * Thread-safe. Since 0.2. */
+LLM_API llm_status llm_chat_render(const llm_model *model, const llm_chat_message *messages, size_t n_messages,
+                                   const llm_chat_params *params, char *buf, size_t capacity, size_t *length);
+
+/* The template llm_chat_render uses for `model` when none is passed: the
+ * file's, or the built-in one chosen by the rule. NUL-terminated like
+ * llm_chat_render. Returns LLM_OK, LLM_ERR_BUFFER_TOO_SMALL,
+ * LLM_ERR_UNSUPPORTED (no template in the file and no built-in applies).
+ * Since 0.2. */
+LLM_API llm_status llm_model_chat_template(const llm_model *model, char *buf, size_t capacity, size_t *length);
+
+/* ---------------------------------------------------------------- grammars (since 0.2) */
+
+/* A compiled grammar bound to a model's vocabulary: immutable, shareable by
+ * many sessions and threads; pass it in llm_sampling.grammar. Independent of
+ * the model's lifetime once created. */
+typedef struct llm_grammar llm_grammar;
+
+/* Compiles a GBNF grammar (the format of llama.cpp's grammars/) whose start
+ * rule is `root` (NULL: "root") for `model`'s vocabulary. Returns LLM_OK,
+ * LLM_ERR_INVALID_ARGUMENT (syntax error, undefined rule...: line and
+ * column in llm_last_error), LLM_ERR_OUT_OF_MEMORY. Since 0.2. */
+LLM_API llm_status llm_grammar_create(const llm_model *model, const char *gbnf, const char *root,
+                                      llm_grammar **out_grammar);
+
+/* Compiles a JSON Schema (the subset OpenAI's structured outputs use; see
+ * docs/GRAMMAR.md) into a grammar of the JSON texts it accepts. Returns
+ * LLM_OK, LLM_ERR_INVALID_ARGUMENT (malformed JSON with line and column, or
+ * a keyword outside the subset that changes what is valid). Since 0.2. */
+LLM_API llm_status llm_grammar_from_json_schema(const llm_model *model, const char *schema_json,
+                                                llm_grammar **out_grammar);
+
+/* The GBNF text llm_grammar_from_json_schema compiles for a schema
+ * (NUL-terminated; LLM_ERR_BUFFER_TOO_SMALL with *length = length needed).
+ * Since 0.2. */
+LLM_API llm_status llm_json_schema_to_gbnf(const char *schema_json, char *buf, size_t capacity, size_t *length);
+
+/* NULL is a no-op. The grammar must not be in use by a running call. Since 0.2. */
+LLM_API void llm_grammar_free(llm_grammar *grammar);
+
+/* ---------------------------------------------------------------- text streams with stops (since 0.2) */
+
+/* Turns generated tokens into text to show: complete UTF-8 only, stop
+ * strings honoured across token boundaries (the text before a stop string
+ * is delivered, the stop string and everything after it never are), and
+ * the model's end-of-generation tokens end the stream. One per generation,
+ * used by one thread at a time. */
+typedef struct llm_text_stream llm_text_stream;
+
+/* Creates a stream for `model` with n_stops stop strings (NUL-terminated
+ * UTF-8, non-empty; copied). Returns LLM_OK, LLM_ERR_INVALID_ARGUMENT
+ * (an empty stop string, more than 64 stops, one over 1024 bytes).
+ * Since 0.2. */
+LLM_API llm_status llm_text_stream_create(const llm_model *model, const char *const *stops, size_t n_stops,
+                                          llm_text_stream **out_stream);
+
+/* Feeds one generated token. Writes to buf the text that became safe to
+ * show (not NUL-terminated; *length bytes; often 0: bytes that may begin a
+ * stop string or finish a UTF-8 sequence are held back). *stopped becomes
+ * 1 when a stop string or an end-of-generation token ended the stream
+ * (later pushes then write nothing). 3 * (longest stop + longest token
+ * piece + 4) bytes are always enough; on LLM_ERR_BUFFER_TOO_SMALL (*length
+ * = bytes needed) the stream is unchanged. Since 0.2. */
+LLM_API llm_status llm_text_stream_push(llm_text_stream *stream, llm_token token, char *buf, size_t capacity,
+                                        size_t *length, int32_t *stopped);
+
+/* Ends the stream: writes the text still held back (a partial stop string
+ * that never completed is text after all; an unfinished UTF-8 sequence
+ * becomes U+FFFD). Since 0.2. */
+LLM_API llm_status llm_text_stream_flush(llm_text_stream *stream, char *buf, size_t capacity, size_t *length);
+
+/* Starts the stream over with the same stops. Since 0.2. */
+LLM_API llm_status llm_text_stream_reset(llm_text_stream *stream);
+
+/* NULL is a no-op. Since 0.2. */
+LLM_API void llm_text_stream_free(llm_text_stream *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

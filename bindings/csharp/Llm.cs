@@ -131,6 +131,7 @@ namespace LibLlm
             public float repeat_penalty;
             public ulong seed;
             public int repeat_last_n;
+            public IntPtr grammar;
         }
 
         [StructLayout(LayoutKind.Sequential)]

@@ -81,7 +81,7 @@ public static class Tests
         var asm = typeof(Model).Assembly;
         var sizes = new Dictionary<string, int> {
             { "LoadParams", 64 }, { "ModelProperties", 112 }, { "DetokState", 16 },
-            { "SessionParams", 40 }, { "Sampling", 40 }, { "SessionStats", 80 },
+            { "SessionParams", 40 }, { "Sampling", 48 }, { "SessionStats", 80 },
         };
         foreach (var kv in sizes)
         {

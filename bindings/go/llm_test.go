@@ -94,7 +94,7 @@ func TestStructSizes(t *testing.T) {
 	// x86-64 / LP64 values pinned by tests/abi/layout_test.cpp.
 	want := map[string]uintptr{
 		"llm_load_params": 64, "llm_model_properties": 112, "llm_detok_state": 16,
-		"llm_session_params": 40, "llm_sampling": 40, "llm_session_stats_t": 80,
+		"llm_session_params": 40, "llm_sampling": 48, "llm_session_stats_t": 80,
 	}
 	for name, size := range cStructSizes() {
 		if want[name] != size {

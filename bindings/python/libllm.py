@@ -134,6 +134,7 @@ class _Sampling(ctypes.Structure):
     _fields_ = [
         ("struct_size", c_uint32), ("temperature", c_float), ("top_k", c_int32), ("top_p", c_float),
         ("min_p", c_float), ("repeat_penalty", c_float), ("seed", c_uint64), ("repeat_last_n", c_int32),
+        ("grammar", c_void_p),
     ]
 
 

@@ -31,7 +31,7 @@ class VersionAndLayout(unittest.TestCase):
         # x86-64 / LP64 values pinned by tests/abi/layout_test.cpp.
         import ctypes
         sizes = {libllm._LoadParams: 64, libllm._ModelProperties: 112, libllm._DetokState: 16,
-                 libllm._SessionParams: 40, libllm._Sampling: 40, libllm._SessionStats: 80}
+                 libllm._SessionParams: 40, libllm._Sampling: 48, libllm._SessionStats: 80}
         for struct, size in sizes.items():
             self.assertEqual(ctypes.sizeof(struct), size, struct.__name__)
         self.assertEqual(libllm._ModelProperties.architecture.offset, 64)

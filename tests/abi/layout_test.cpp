@@ -74,7 +74,8 @@ PIN_OFFSET(llm_sampling, min_p, 16);
 PIN_OFFSET(llm_sampling, repeat_penalty, 20);
 PIN_OFFSET(llm_sampling, seed, 24);
 PIN_OFFSET(llm_sampling, repeat_last_n, 32);
-PIN_SIZE(llm_sampling, 40);
+PIN_OFFSET(llm_sampling, grammar, 40);
+PIN_SIZE(llm_sampling, 48);
 
 PIN_OFFSET(llm_session_stats_t, struct_size, 0);
 PIN_OFFSET(llm_session_stats_t, n_tokens, 4);

@@ -133,6 +133,7 @@ pub struct llm_sampling {
     pub repeat_penalty: f32,
     pub seed: u64,
     pub repeat_last_n: i32,
+    pub grammar: *const c_void,
 }
 
 #[repr(C)]

@@ -59,7 +59,7 @@ fn struct_layouts_match_c() {
     assert_eq!(size_of::<sys::llm_model_properties>(), 112);
     assert_eq!(size_of::<sys::llm_detok_state>(), 16);
     assert_eq!(size_of::<sys::llm_session_params>(), 40);
-    assert_eq!(size_of::<sys::llm_sampling>(), 40);
+    assert_eq!(size_of::<sys::llm_sampling>(), 48);
     assert_eq!(size_of::<sys::llm_session_stats_t>(), 80);
 }
 
