@@ -1,10 +1,28 @@
-// llm_decode_batch: same tokens as stepping each session alone; argument checks.
+// llm_decode_batch: same tokens as stepping each session alone; argument
+// checks. On the CPU the pending tokens of the batch run as one forward pass
+// (cpu::forward_batch), which must give every session the bits it gets alone:
+// logits and K/V rows for every weight format, KV type and a sliding-window
+// family; tokens and whole snapshots through Session::decode_batch; a
+// failure in the middle leaves the failing session and those after it as
+// they were.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/forward.h"
+#include "core/error.h"
+#include "engine/session.h"
+#include "format/gguf.h"
 #include "llm.h"
+#include "model/model.h"
+#include "ops/gguf_blocks.h"
+#include "quant/quant.h"
+#include "random_model.h"
 #include "reference.h"
 
 namespace {
@@ -77,4 +95,416 @@ TEST(DecodeBatch, RejectsDuplicatesForeignModelsAndNulls) {
   for (auto* s : {a, b, fresh}) llm_session_free(s);
   llm_model_free(m1);
   llm_model_free(m2);
+}
+
+// ---------------------------------------------------------------- the CPU batched pass
+
+namespace {
+
+using llm::DType;
+
+struct Format {
+  DType t;
+  uint32_t group;
+};
+
+// Every weight format the CPU runs: the native ones and the GGUF block types
+// (Q4_0 and Q8_0 are Q4 g32 and Q8).
+const Format kFormats[] = {{DType::F32, 0},    {DType::F16, 0},    {DType::BF16, 0},    {DType::Q8, 32},
+                           {DType::Q4, 32},    {DType::Q4, 64},    {DType::Q4, 128},    {DType::Q4M, 32},
+                           {DType::Q5_0, 32},  {DType::Q5_1, 32},  {DType::IQ4_NL, 32}, {DType::Q2_K, 256},
+                           {DType::Q3_K, 256}, {DType::Q4_K, 256}, {DType::Q5_K, 256},  {DType::Q6_K, 256},
+                           {DType::IQ4_XS, 256}};
+
+std::string name_of(const Format& f) {
+  return std::string(llm::dtype_name(f.t)) + (f.group && !llm::dtype_is_ggml_block(f.t) ? "g" + std::to_string(f.group) : "");
+}
+
+const llm::VocabData& vocab512() {
+  static const llm::ModelSource src =
+      llm::read_gguf(std::string(LLM_TEST_DATA_DIR) + "/families/llama.gguf", true, nullptr);
+  return src.vocab;
+}
+
+// A random Llama (2 layers, dim 256 so that every K-quant row is whole
+// super-blocks, GQA 8/4) with every matrix in format f: quantized from the
+// random f32 values for the native formats, random well-formed blocks for
+// the GGUF ones (there is no quantizer for those).
+std::unique_ptr<llm::Model> random_model(const Format& f, int threads, uint64_t kv_budget = 0) {
+  llm::ModelConfig c;
+  c.dim = 256;
+  c.hidden_dim = 512;
+  c.n_layers = 2;
+  c.n_heads = 8;
+  c.n_kv_heads = 4;
+  c.head_dim = 32;
+  c.vocab_size = 512;
+  c.seq_len = 512;
+  llm::ModelSource src = llm::testing::random_llama(c, 7, false, [](const std::string& kind) {
+    return kind == "token_embd" ? 0.5f : kind.find("norm") != std::string::npos ? 0.1f : 0.06f;
+  });
+  src.vocab = vocab512();
+  std::mt19937 rng(3);
+  for (llm::TensorData& t : src.tensors) {
+    if (t.shape.size() != 2 || f.t == DType::F32) continue;
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    auto bytes = std::make_shared<std::vector<uint8_t>>();
+    if (llm::dtype_is_ggml_block(f.t)) {
+      *bytes = llm::testing::random_gguf_rows(f.t, rows, cols, rng);
+    } else {
+      const size_t rb = llm::dtype_row_bytes(f.t, cols, f.group);
+      bytes->resize(rb * size_t(rows));
+      const float* v = reinterpret_cast<const float*>(t.data);
+      for (int64_t r = 0; r < rows; ++r) llm::quantize_row(f.t, f.group, v + r * cols, bytes->data() + size_t(r) * rb, cols);
+    }
+    t.dtype = f.t;
+    t.group = f.group;
+    t.data = bytes->data();
+    t.nbytes = bytes->size();
+    t.owned = std::move(bytes);
+  }
+  llm::LoadOptions lo;
+  lo.n_threads = threads;
+  lo.huge_pages = false;
+  lo.kv_budget_bytes = kv_budget;
+  return llm::Model::from_source(std::move(src), lo);
+}
+
+std::unique_ptr<llm::Model> family_model(const std::string& name, int threads) {
+  llm::LoadOptions lo;
+  lo.n_threads = threads;
+  lo.huge_pages = false;
+  return llm::Model::load(std::string(LLM_TEST_DATA_DIR) + "/families/" + name + ".gguf", lo);
+}
+
+// One sequence's K/V pages (both groups) straight from the model's pools.
+struct Pages {
+  const llm::Model* m = nullptr;
+  std::vector<llm::kv::Page*> t[2];
+  Pages(const llm::Model& model, llm_kv_type type, uint32_t slots) : m(&model) {
+    const size_t n = (slots + 15) / 16;
+    EXPECT_TRUE(model.kv_pool().acquire(type, n, t[0]));
+    if (model.kv_pool_local()) {
+      EXPECT_TRUE(model.kv_pool_local()->acquire(type, n, t[1]));
+    }
+  }
+  ~Pages() {
+    for (llm::kv::Page* p : t[0]) m->kv_pool().release(p);
+    for (llm::kv::Page* p : t[1]) m->kv_pool_local()->release(p);
+  }
+  llm::cpu::ForwardArgs args(const int32_t* toks, int64_t n, uint32_t p0, float* logits) const {
+    llm::cpu::ForwardArgs a;
+    a.tokens = toks;
+    a.n = n;
+    a.p0 = p0;
+    a.pages[0] = t[0].data();
+    a.pages[1] = t[1].data();
+    a.logits = logits;
+    return a;
+  }
+};
+
+// The stored bytes (row and scales) of slot `slot` of every layer, K and V, head.
+std::vector<uint8_t> slot_bytes(const llm::Model& m, const Pages& p, uint32_t slot) {
+  std::vector<uint8_t> out;
+  for (const llm::LayerWeights& w : m.layers()) {
+    const llm::kv::PagePool& pool = w.kv_group ? *m.kv_pool_local() : m.kv_pool();
+    const llm::kv::Geometry& g = pool.geometry();
+    const llm::kv::Page* page = p.t[w.kv_group][slot / 16];
+    const size_t rb = llm::kv::row_bytes(page->type, g.head_dim);
+    for (int kv = 0; kv < 2; ++kv)
+      for (int32_t h = 0; h < g.n_kv_heads; ++h) {
+        const uint8_t* r = llm::kv::row_ptr(g, page, w.kv_layer, kv, h, int32_t(slot % 16));
+        out.insert(out.end(), r, r + rb);
+        if (llm::kv::has_scales(page->type)) {
+          const uint8_t* s = reinterpret_cast<const uint8_t*>(llm::kv::scale_ptr(g, page, w.kv_layer, kv, h, int32_t(slot % 16)));
+          out.insert(out.end(), s, s + 2 * sizeof(float));
+        }
+      }
+  }
+  return out;
+}
+
+// b sequences of different lengths: each prefilled alone into two page
+// sets, then `steps` decode steps as one forward_batch on one set and one
+// forward each on the other. Logits and the new K/V rows must match bit for
+// bit.
+void check_forward_batch(const llm::Model& m, size_t b, llm_kv_type kv, int steps, const std::string& what) {
+  SCOPED_TRACE(what + " batch " + std::to_string(b));
+  const size_t vocab = size_t(m.config().vocab_size);
+  std::mt19937 rng(uint32_t(100 + b));
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(vocab) - 1);
+  std::vector<std::vector<int32_t>> seq(b);
+  std::vector<std::unique_ptr<Pages>> batch_pages, alone_pages;
+  std::vector<std::vector<float>> batch_logits(b, std::vector<float>(vocab)), alone_logits = batch_logits;
+  llm::cpu::ForwardScratch sb, sa;
+  for (size_t k = 0; k < b; ++k) {
+    const size_t len = 1 + (k * 7 + b) % 29;
+    for (size_t i = 0; i < len; ++i) seq[k].push_back(tok(rng));
+    batch_pages.push_back(std::make_unique<Pages>(m, kv, uint32_t(len + size_t(steps))));
+    alone_pages.push_back(std::make_unique<Pages>(m, kv, uint32_t(len + size_t(steps))));
+    llm::cpu::forward(m, batch_pages[k]->args(seq[k].data(), int64_t(len), 0, batch_logits[k].data()), sb);
+    llm::cpu::forward(m, alone_pages[k]->args(seq[k].data(), int64_t(len), 0, alone_logits[k].data()), sa);
+  }
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int32_t> next(b);
+    std::vector<llm::cpu::ForwardArgs> args;
+    for (size_t k = 0; k < b; ++k) {
+      next[k] = tok(rng);
+      args.push_back(batch_pages[k]->args(&next[k], 1, uint32_t(seq[k].size()), batch_logits[k].data()));
+    }
+    llm::cpu::forward_batch(m, args.data(), args.size(), sb);
+    for (size_t k = 0; k < b; ++k) {
+      const uint32_t p0 = uint32_t(seq[k].size());
+      llm::cpu::forward(m, alone_pages[k]->args(&next[k], 1, p0, alone_logits[k].data()), sa);
+      ASSERT_EQ(0, std::memcmp(batch_logits[k].data(), alone_logits[k].data(), vocab * sizeof(float)))
+          << "logits of sequence " << k << " at position " << p0;
+      ASSERT_EQ(slot_bytes(m, *batch_pages[k], p0), slot_bytes(m, *alone_pages[k], p0))
+          << "K/V of sequence " << k << " at position " << p0;
+      seq[k].push_back(next[k]);
+    }
+  }
+}
+
+}  // namespace
+
+TEST(ForwardBatch, LogitsAndKvEqualEachSequenceAloneInEveryWeightFormat) {
+  for (const Format& f : kFormats) {
+    const auto m = random_model(f, 2);
+    for (size_t b : {1, 2, 3, 4, 5, 7, 8, 11, 16}) check_forward_batch(*m, b, LLM_KV_F16, 3, name_of(f));
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(ForwardBatch, EveryKernelFamily) {
+  // The batched matmuls run the prefill kernels of each family (scalar,
+  // AVX2, AVX-512), the single rows the decode ones.
+  struct Restore {
+    llm::cpu::Isa saved = llm::cpu::max_isa();
+    ~Restore() { llm::cpu::set_max_isa(saved); }
+  } restore;
+  for (llm::cpu::Isa isa : {llm::cpu::Isa::Scalar, llm::cpu::Isa::Avx2}) {
+    if (isa > llm::cpu::best_isa()) continue;
+    llm::cpu::set_max_isa(isa);
+    for (const Format& f : kFormats) {
+      const auto m = random_model(f, 2);
+      for (size_t b : {5}) check_forward_batch(*m, b, LLM_KV_F16, 2, std::string(llm::cpu::isa_name(isa)) + " " + name_of(f));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(ForwardBatch, EveryBatchSizeAndKvType) {
+  const auto m = random_model({DType::Q4, 32}, 2);
+  for (size_t b = 1; b <= 16; ++b) check_forward_batch(*m, b, LLM_KV_F16, 2, "q4 f16 kv");
+  for (llm_kv_type kv : {LLM_KV_F32, LLM_KV_INT8, LLM_KV_INT4})
+    for (size_t b : {2, 9, 16}) check_forward_batch(*m, b, kv, 2, "q4 kv " + std::to_string(int(kv)));
+}
+
+TEST(ForwardBatch, SlidingWindowFamiliesAndThreadCounts) {
+  for (const char* fam : {"gemma2", "gemma3", "qwen2", "phi3"})
+    for (int threads : {1, 2, 3}) {
+      const auto m = family_model(fam, threads);
+      for (size_t b : {2, 6, 16}) check_forward_batch(*m, b, LLM_KV_F16, 12, std::string(fam) + " threads " + std::to_string(threads));
+      if (HasFatalFailure()) return;
+    }
+}
+
+TEST(ForwardBatch, CancelOfAnySequenceStopsThePass) {
+  const auto m = random_model({DType::Q8, 32}, 2);
+  Pages a(*m, LLM_KV_F16, 4), b(*m, LLM_KV_F16, 4);
+  std::vector<float> la(512), lb(512);
+  const int32_t t[2] = {5, 9};
+  llm::cpu::ForwardArgs args[2] = {a.args(&t[0], 1, 0, la.data()), b.args(&t[1], 1, 0, lb.data())};
+  int polls = 0;
+  args[1].cancel = [&polls] { return ++polls == 2; };  // before the second layer
+  llm::cpu::ForwardScratch s;
+  try {
+    llm::cpu::forward_batch(*m, args, 2, s);
+    FAIL() << "no cancel";
+  } catch (const llm::Error& e) {
+    EXPECT_EQ(e.status(), LLM_ERR_CANCELLED);
+  }
+  EXPECT_EQ(polls, 2);
+}
+
+// ---------------------------------------------------------------- Session::decode_batch on the CPU
+
+namespace {
+
+using Sessions = std::vector<std::unique_ptr<llm::Session>>;
+
+std::vector<uint8_t> snapshot(const llm::Session& s) {
+  std::vector<uint8_t> b;
+  s.save(b);
+  return b;
+}
+
+// b sessions of prompt lengths 1 + (7k + b) % 29 (+ extra for the first),
+// the same for `alone`.
+Sessions start_sessions(const llm::Model& m, size_t b, const llm::SessionOptions& o, size_t extra = 0) {
+  Sessions out;
+  std::mt19937 rng(uint32_t(7 + b));
+  std::uniform_int_distribution<int32_t> tok(0, m.config().vocab_size - 1);
+  for (size_t k = 0; k < b; ++k) {
+    out.push_back(std::make_unique<llm::Session>(m, o));
+    std::vector<int32_t> prompt(1 + (k * 7 + b) % 29 + (k == 0 ? extra : 0));
+    for (auto& t : prompt) t = tok(rng);
+    out.back()->prefill(prompt.data(), prompt.size());
+  }
+  return out;
+}
+
+// decode_batch over `batch` and decode_step over `alone`, step by step: the
+// same tokens (greedy on even steps, seeded sampling on odd ones) and, after
+// every step, the same snapshot (tokens, KV pages, sampler state).
+void check_sessions(Sessions& batch, Sessions& alone, int steps, const std::string& what) {
+  SCOPED_TRACE(what + " batch " + std::to_string(batch.size()));
+  std::vector<llm::Session*> ptrs;
+  for (auto& s : batch) ptrs.push_back(s.get());
+  for (int step = 0; step < steps; ++step) {
+    llm_sampling samp;
+    llm_sampling_init(&samp);
+    if (step % 2) {
+      samp.temperature = 0.8f;
+      samp.top_k = 40;
+      samp.seed = uint64_t(step);
+    }
+    std::vector<int32_t> got(batch.size(), -1);
+    llm::Session::decode_batch(ptrs.data(), ptrs.size(), &samp, got.data());
+    for (size_t k = 0; k < batch.size(); ++k) {
+      ASSERT_EQ(got[k], alone[k]->decode_step(&samp)) << "session " << k << " step " << step;
+      ASSERT_EQ(batch[k]->n_cached(), alone[k]->n_cached()) << "session " << k << " step " << step;
+      ASSERT_EQ(snapshot(*batch[k]), snapshot(*alone[k])) << "session " << k << " step " << step;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(DecodeBatchCpu, TokensAndSnapshotsEqualSteppingAloneInEveryWeightFormat) {
+  for (const Format& f : kFormats) {
+    const auto m = random_model(f, 2);
+    for (size_t b : {1, 2, 5, 16}) {
+      Sessions batch = start_sessions(*m, b, {}), alone = start_sessions(*m, b, {});
+      check_sessions(batch, alone, 4, name_of(f));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(DecodeBatchCpu, EveryBatchSizeAndKvType) {
+  const auto m = random_model({DType::Q4, 32}, 2);
+  for (llm_kv_type kv : {LLM_KV_F16, LLM_KV_F32, LLM_KV_INT8, LLM_KV_INT4})
+    for (size_t b = 1; b <= 16; ++b) {
+      if (kv != LLM_KV_F16 && b % 5 != 1) continue;
+      llm::SessionOptions o;
+      o.kv_type = kv;
+      Sessions batch = start_sessions(*m, b, o), alone = start_sessions(*m, b, o);
+      check_sessions(batch, alone, 5, "kv " + std::to_string(int(kv)));
+      if (HasFatalFailure()) return;
+    }
+}
+
+TEST(DecodeBatchCpu, SlidingWindowFamiliesDropPagesAsAlone) {
+  // Window 8 on some layers: past 24 tokens the windowed layers give pages
+  // back during the batched steps.
+  for (const char* fam : {"gemma2", "gemma3"}) {
+    const auto m = family_model(fam, 2);
+    ASSERT_NE(m->kv_pool_local(), nullptr) << fam;
+    Sessions batch = start_sessions(*m, 7, {}), alone = start_sessions(*m, 7, {});
+    check_sessions(batch, alone, 40, fam);
+    for (size_t k = 0; k < batch.size(); ++k) EXPECT_EQ(batch[k]->n_local_pages(), alone[k]->n_local_pages());
+  }
+}
+
+TEST(DecodeBatchCpu, SessionsThatCannotJoinRunAloneWithTheSameResult) {
+  // Session 1 has an eviction window (it evicts every few steps and then
+  // runs alone), session 3 a context that fills up at the end; the others
+  // batch around them.
+  const auto m = random_model({DType::Q8, 32}, 2);
+  auto make = [&](Sessions& out) {
+    std::mt19937 rng(1);
+    std::uniform_int_distribution<int32_t> tok(0, 511);
+    for (int k = 0; k < 5; ++k) {
+      llm::SessionOptions o;
+      if (k == 1) {
+        o.window = 40;
+        o.n_sink = 4;
+      }
+      std::vector<int32_t> prompt(size_t(k == 1 ? 34 : 3 + 5 * k));
+      if (k == 3) o.max_tokens = uint32_t(prompt.size() + 11);  // full after 12 steps
+      for (auto& t : prompt) t = tok(rng);
+      out.push_back(std::make_unique<llm::Session>(*m, o));
+      out.back()->prefill(prompt.data(), prompt.size());
+    }
+  };
+  Sessions batch, alone;
+  make(batch);
+  make(alone);
+  check_sessions(batch, alone, 12, "mixed");
+  // Session 3 is full now: the batch stops at it. Sessions 0..2 advance, 3 and 4 do not.
+  std::vector<llm::Session*> ptrs;
+  for (auto& s : batch) ptrs.push_back(s.get());
+  std::vector<std::vector<uint8_t>> before;
+  for (auto* s : ptrs) before.push_back(snapshot(*s));
+  std::vector<int32_t> got(5, -1);
+  try {
+    llm::Session::decode_batch(ptrs.data(), ptrs.size(), nullptr, got.data());
+    FAIL() << "session 3 should be full";
+  } catch (const llm::Error& e) {
+    EXPECT_EQ(e.status(), LLM_ERR_CONTEXT_FULL);
+  }
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(got[k], alone[k]->decode_step(nullptr)) << k;
+  for (size_t k = 3; k < 5; ++k) {
+    EXPECT_EQ(got[k], -1);
+    EXPECT_EQ(snapshot(*ptrs[k]), before[k]) << k;
+  }
+}
+
+TEST(DecodeBatchCpu, PoolFullInTheMiddleLeavesTheRestUnchanged) {
+  // 16 KiB pages (2 layers x K,V x 4 heads x 16 slots x 32 x f16). Four
+  // sessions of exactly one full page each; room for two more pages, so
+  // the third session cannot take the page its next token needs.
+  const Format f{DType::Q4, 32};
+  const auto m = random_model(f, 2, 6 * 16384);
+  const auto ref = random_model(f, 2);
+  ASSERT_EQ(m->kv_pool().page_bytes(LLM_KV_F16), 16384u);
+  auto make = [](const llm::Model& model, Sessions& out) {
+    std::mt19937 rng(2);
+    std::uniform_int_distribution<int32_t> tok(0, 511);
+    for (int k = 0; k < 4; ++k) {
+      std::vector<int32_t> prompt(15);
+      for (auto& t : prompt) t = tok(rng);
+      out.push_back(std::make_unique<llm::Session>(model, llm::SessionOptions{}));
+      out.back()->prefill(prompt.data(), prompt.size());
+      out.back()->decode_step(nullptr);  // pending: slot 15, the last of page 0
+    }
+  };
+  Sessions batch, alone;
+  make(*m, batch);
+  make(*ref, alone);
+  std::vector<llm::Session*> ptrs;
+  for (auto& s : batch) ptrs.push_back(s.get());
+  std::vector<int32_t> got(4, -1);
+  llm::Session::decode_batch(ptrs.data(), 4, nullptr, got.data());  // slot 15: no new page
+  for (size_t k = 0; k < 4; ++k) ASSERT_EQ(got[k], alone[k]->decode_step(nullptr));
+  std::vector<std::vector<uint8_t>> before;
+  for (auto* s : ptrs) before.push_back(snapshot(*s));
+  std::fill(got.begin(), got.end(), -1);
+  try {
+    llm::Session::decode_batch(ptrs.data(), 4, nullptr, got.data());  // slot 16: a page each
+    FAIL() << "the pool should be full";
+  } catch (const llm::Error& e) {
+    EXPECT_EQ(e.status(), LLM_ERR_CONTEXT_FULL);
+  }
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(got[k], alone[k]->decode_step(nullptr)) << k;
+    EXPECT_EQ(snapshot(*ptrs[k]), snapshot(*alone[k])) << k;
+  }
+  for (size_t k = 2; k < 4; ++k) {
+    EXPECT_EQ(got[k], -1);
+    EXPECT_EQ(snapshot(*ptrs[k]), before[k]) << k;
+    EXPECT_EQ(ptrs[k]->n_pages(), 1u) << k;
+  }
 }

@@ -1,6 +1,7 @@
 #include "backend/cpu/forward.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
@@ -35,17 +36,28 @@ void rerotate_key(const Model& m, int32_t layer, float* key, int64_t delta) {
   rope_head(key, rope_of(m, m.layers()[size_t(layer)]), delta);
 }
 
-void forward(const Model& m, const ForwardArgs& args, ForwardScratch& s) {
+namespace {
+
+// The one pass behind forward() and forward_batch(): the rows of sequence k
+// are rows [row0[k], row0[k] + seqs[k].n) of every activation matrix.
+void run_pass(const Model& m, const ForwardArgs* seqs, size_t n_seqs, ForwardScratch& s) {
   const ModelConfig& c = m.config();
   const BlockSpec& spec = c.spec;
   const kv::Geometry* geoms[2] = {&m.kv_pool().geometry(),
                                   m.kv_pool_local() ? &m.kv_pool_local()->geometry() : nullptr};
   ThreadPool* pool = m.pool();
   const MatmulMode mode = m.matmul_mode();
-  const int64_t n = args.n, dim = c.dim, hd = c.head_dim, hidden = c.hidden_dim;
+  int64_t n = 0;
+  for (size_t k = 0; k < n_seqs; ++k) {
+    LLM_CHECK(seqs[k].n > 0 && seqs[k].tokens != nullptr && seqs[k].logits != nullptr, LLM_ERR_INVALID_ARGUMENT,
+              "forward: sequence %zu has no tokens", k);
+    n += seqs[k].n;
+  }
+  const int64_t dim = c.dim, hd = c.head_dim, hidden = c.hidden_dim;
   const int64_t q_dim = int64_t(c.n_heads) * hd, kv_dim = int64_t(c.n_kv_heads) * hd;
-  const uint32_t p0 = args.p0;
   s.ensure(m, n);
+  s.seq_of.resize(size_t(n));
+  s.row0.resize(n_seqs);
   float* x = s.x.data();    // [n, dim] residual stream
   float* xb = s.xb.data();  // [n, dim] block input / output
   // The element-wise steps between the matmuls, split by rows over the pool
@@ -63,19 +75,28 @@ void forward(const Model& m, const ForwardArgs& args, ForwardScratch& s) {
       fn(0, rows);
     }
   };
-  for (int64_t i = 0; i < n; ++i) {
-    dequantize_row(m.tok_embd(), args.tokens[i], x + i * dim);
-    if (spec.embed_scale != 1.0f)
-      for (int64_t e = 0; e < dim; ++e) x[i * dim + e] *= spec.embed_scale;
-    s.pos[size_t(i)] = int32_t(p0 + uint32_t(i));
+  for (size_t k = 0, i = 0; k < n_seqs; ++k) {
+    s.row0[k] = int64_t(i);
+    for (int64_t j = 0; j < seqs[k].n; ++j, ++i) {
+      dequantize_row(m.tok_embd(), seqs[k].tokens[j], x + int64_t(i) * dim);
+      if (spec.embed_scale != 1.0f)
+        for (int64_t e = 0; e < dim; ++e) x[int64_t(i) * dim + e] *= spec.embed_scale;
+      s.pos[i] = int32_t(seqs[k].p0 + uint32_t(j));
+      s.seq_of[i] = int32_t(k);
+    }
   }
+  // Threads take whole sequences in attention when there are enough of them
+  // (batched decode: one query row each, too little work to split by head).
+  const int nth = pool != nullptr ? pool->size() : 1;
+  const bool att_by_seq = n_seqs > 1 && nth > 1 && n_seqs >= size_t(nth);
+  if (att_by_seq && s.att_seq.size() < size_t(nth)) s.att_seq.resize(size_t(nth));
 
   for (int32_t l = 0; l < c.n_layers; ++l) {
-    if (args.cancel && args.cancel()) fail(LLM_ERR_CANCELLED, "prefill cancelled");
+    for (size_t k = 0; k < n_seqs; ++k)
+      if (seqs[k].cancel && seqs[k].cancel()) fail(LLM_ERR_CANCELLED, "prefill cancelled");
     const LayerWeights& w = m.layers()[size_t(l)];
     const Rope rope = rope_of(m, w);
     const kv::Geometry& g = *geoms[w.kv_group];
-    kv::Page* const* pages = args.pages[w.kv_group];
     // --- attention
     for_rows(n, [&](int64_t r0, int64_t r1) {
       if (l > 0) {  // the previous layer's feed-forward residual, fused with this norm
@@ -102,8 +123,8 @@ void forward(const Model& m, const ForwardArgs& args, ForwardScratch& s) {
       cpu::rope(q, r1 - r0, c.n_heads, rope, s.pos.data() + r0);
       cpu::rope(k, r1 - r0, c.n_kv_heads, rope, s.pos.data() + r0);
       for (int64_t i = r0; i < r1; ++i) {  // each row its own slot: no two threads write the same bytes
-        const uint32_t p = p0 + uint32_t(i);
-        kv::Page* page = pages[p / uint32_t(g.page_tokens)];
+        const uint32_t p = uint32_t(s.pos[size_t(i)]);
+        kv::Page* page = seqs[s.seq_of[size_t(i)]].pages[w.kv_group][p / uint32_t(g.page_tokens)];
         const int32_t slot = int32_t(p % uint32_t(g.page_tokens));
         for (int32_t h = 0; h < c.n_kv_heads; ++h) {
           kv::store_row(g, page, w.kv_layer, 0, h, slot, s.k.data() + i * kv_dim + h * hd);
@@ -111,20 +132,34 @@ void forward(const Model& m, const ForwardArgs& args, ForwardScratch& s) {
         }
       }
     });
-    AttentionArgs a;
-    a.geom = &g;
-    a.pages = pages;
-    a.layer = w.kv_layer;
-    a.first = args.first_slot[w.kv_group];
-    a.n_heads = c.n_heads;
-    a.q = s.q.data();
-    a.n = n;
-    a.p0 = p0;
-    a.out = s.att.data();
-    a.window = w.window;
-    a.scale = spec.attn_scale;
-    a.softcap = spec.attn_softcap;
-    attention(a, s.att_rows, pool);
+    auto att_args = [&](size_t k) {
+      const ForwardArgs& sq = seqs[k];
+      AttentionArgs a;
+      a.geom = &g;
+      a.pages = sq.pages[w.kv_group];
+      a.layer = w.kv_layer;
+      a.first = sq.first_slot[w.kv_group];
+      a.n_heads = c.n_heads;
+      a.q = s.q.data() + s.row0[k] * q_dim;
+      a.n = sq.n;
+      a.p0 = sq.p0;
+      a.out = s.att.data() + s.row0[k] * q_dim;
+      a.window = w.window;
+      a.scale = spec.attn_scale;
+      a.softcap = spec.attn_softcap;
+      return a;
+    };
+    if (att_by_seq) {
+      // Each (row, KV head) is computed by the same code on any thread, so
+      // this split gives the bits attention() over the pool gives.
+      pool->parallel([&](int ith, int nth_run) {
+        int64_t k0, k1;
+        ThreadPool::split(int64_t(n_seqs), ith, nth_run, &k0, &k1);
+        for (int64_t k = k0; k < k1; ++k) attention(att_args(size_t(k)), s.att_seq[size_t(ith)], nullptr);
+      });
+    } else {
+      for (size_t k = 0; k < n_seqs; ++k) attention(att_args(k), s.att_rows, pool);
+    }
     matmul(w.wo, s.att.data(), n, xb, pool, mode);
     // --- feed-forward (gated)
     for_rows(n, [&](int64_t r0, int64_t r1) {
@@ -149,16 +184,41 @@ void forward(const Model& m, const ForwardArgs& args, ForwardScratch& s) {
     });
     matmul(w.w_down, s.hb.data(), n, xb, pool, mode);
   }
-  // Logits of the last row only, so only that row takes the last layer's
-  // feed-forward residual (the others' is fused into a next layer's norm).
+  // Logits of each sequence's last row only, so only those rows take the
+  // last layer's feed-forward residual (the others' is fused into a next
+  // layer's norm). Row k of xb gets sequence k's final norm: its last row is
+  // at k or later, and the rows before k are done with.
   const LayerWeights& last_layer = m.layers().back();
-  float* last = x + (n - 1) * dim;
-  float* last_out = xb + (n - 1) * dim;
-  if (last_layer.post_ffn_norm) rmsnorm(last_out, last_out, last_layer.post_ffn_norm, 1, dim, c.norm_eps);
-  for (int64_t i = 0; i < dim; ++i) last[i] += last_out[i];
-  rmsnorm(xb, last, m.output_norm(), 1, dim, c.norm_eps);
-  matmul(m.output(), xb, 1, args.logits, pool, mode);
-  if (spec.final_softcap > 0) softcap(args.logits, c.vocab_size, spec.final_softcap);
+  for (size_t k = 0; k < n_seqs; ++k) {
+    const int64_t r = s.row0[k] + seqs[k].n - 1;
+    float* last = x + r * dim;
+    float* last_out = xb + r * dim;
+    if (last_layer.post_ffn_norm) rmsnorm(last_out, last_out, last_layer.post_ffn_norm, 1, dim, c.norm_eps);
+    for (int64_t i = 0; i < dim; ++i) last[i] += last_out[i];
+    rmsnorm(xb + int64_t(k) * dim, last, m.output_norm(), 1, dim, c.norm_eps);
+  }
+  const size_t vocab = size_t(c.vocab_size);
+  float* logits = seqs[0].logits;  // [n_seqs, vocab]
+  if (n_seqs > 1) {
+    if (s.logits.size() < n_seqs * vocab) s.logits.resize(n_seqs * vocab);
+    logits = s.logits.data();
+  }
+  matmul(m.output(), xb, int64_t(n_seqs), logits, pool, mode);
+  for (size_t k = 0; k < n_seqs; ++k) {
+    float* out = seqs[k].logits;
+    if (n_seqs > 1) std::memcpy(out, logits + k * vocab, vocab * sizeof(float));
+    if (spec.final_softcap > 0) softcap(out, c.vocab_size, spec.final_softcap);
+  }
+}
+
+}  // namespace
+
+void forward(const Model& m, const ForwardArgs& args, ForwardScratch& s) { run_pass(m, &args, 1, s); }
+
+void forward_batch(const Model& m, const ForwardArgs* seqs, size_t n_seqs, ForwardScratch& s) {
+  if (n_seqs == 0) return;
+  LLM_CHECK(seqs != nullptr, LLM_ERR_INVALID_ARGUMENT, "forward_batch: no sequences");
+  run_pass(m, seqs, n_seqs, s);
 }
 
 }  // namespace llm::cpu
