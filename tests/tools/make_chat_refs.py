@@ -51,6 +51,20 @@ CONVERSATIONS = {
         {"role": "user", "content": "Count to three."},
         {"role": "assistant", "content": "1, 2, 3"},
     ],
+    "thinking": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "<think>\nSimple sum.\n</think>\n\nIt is 4."},
+        {"role": "user", "content": "And 3+3?"},
+    ],
+    "tool_result": [
+        {"role": "system", "content": "You can call tools."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Let me check."},
+        {"role": "tool", "content": "{\"temperature\": 21, \"unit\": \"C\"}"},
+    ],
+    "empty_user": [
+        {"role": "user", "content": ""},
+    ],
 }
 
 
