@@ -29,6 +29,7 @@ struct PendingRule {
   bool defined = false;
   size_t def_offset = 0;  // where it was defined (or, for generated rules, opened)
   size_t ref_offset = 0;  // first reference (for "undefined rule")
+  uint32_t parent = 0;    // generated rules: the user rule they were made for
   std::vector<std::vector<Element>> alts;
 };
 
@@ -136,6 +137,7 @@ class Parser {
     PendingRule& r = rules_.back();
     r.name = rules_[current_].name + "/" + std::to_string(n_generated_++);
     r.generated = true;
+    r.parent = current_;
     r.defined = true;
     r.def_offset = off;
     return id;
@@ -372,11 +374,11 @@ class Parser {
           i_ += 2;
           seq.push_back({neg ? Op::NotToken : Op::Token, uint32_t(id)});
         } else {
-          const size_t start = i_;
+          const size_t start = i_ - 1;  // the text includes the brackets: <think>
           while (!at_end() && peek() != '>' && peek() != '\n') ++i_;
-          if (peek() != '>' || i_ == start) error_at(off, "expected '<token>'");
-          token_texts_.emplace_back(s_.substr(start, i_ - start));
+          if (peek() != '>' || i_ == start + 1) error_at(off, "expected '<token>'");
           ++i_;
+          token_texts_.emplace_back(s_.substr(start, i_ - start));
           seq.push_back({neg ? Op::NotTokenText : Op::TokenText, uint32_t(token_texts_.size() - 1)});
         }
         count(1, off);
@@ -530,6 +532,38 @@ std::shared_ptr<Grammar> Parser::finish(std::string_view root_name) {
     }
   }
 
+  // Rules that can finish at all (some alternative made of terminals and
+  // such rules); one that cannot would leave the matcher with no way forward.
+  {
+    std::vector<char> productive(n, 0);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (uint32_t r = 0; r < n; ++r) {
+        if (productive[r]) continue;
+        for (const auto& alt : rules_[r].alts) {
+          bool all = true;
+          for (const Element& e : alt)
+            if (e.op == Op::Ref && !productive[e.arg]) {
+              all = false;
+              break;
+            }
+          if (all) {
+            productive[r] = 1;
+            changed = true;
+            break;
+          }
+        }
+      }
+    }
+    for (uint32_t r = 0; r < n; ++r) {
+      if (productive[r]) continue;
+      uint32_t culprit = r;
+      if (rules_[culprit].generated) culprit = rules_[culprit].parent;
+      error_at(rules_[culprit].def_offset, "rule '%s' can never complete (every alternative recurses into it)",
+               rules_[culprit].name.c_str());
+    }
+  }
+
   // Left recursion: a rule reached again before any input is consumed, with a
   // return position pushed on the way (the stack would grow without end). A
   // cycle made only of tail calls (x* over a nullable x) keeps the stack flat,
@@ -558,6 +592,7 @@ std::shared_ptr<Grammar> Parser::finish(std::string_view root_name) {
           culprit = r;
           break;
         }
+      if (rules_[culprit].generated) culprit = rules_[culprit].parent;
       error_at(rules_[culprit].def_offset, "left recursion in rule '%s'", rules_[culprit].name.c_str());
     }
   }
