@@ -196,14 +196,14 @@ class Lexer {
   size_t lex_tag(bool is_var, size_t begin, size_t p, bool& line_starting) {
     toks_.push_back(Token{is_var ? Tok::VarBegin : Tok::BlockBegin, pos_at(begin), {}});
     const size_t n = src_.size();
-    int depth = 0;
+    std::string brackets;  // closers owed, innermost last (end markers count only outside brackets)
     for (;;) {
       while (p < n && is_space(src_[p])) ++p;
       if (p >= n)
         fail_at(LLM_ERR_INVALID_ARGUMENT, pos_at(begin), "unexpected end of template, missing '%s'",
                 is_var ? "}}" : "%}");
       const char c = src_[p];
-      if (depth == 0) {
+      if (brackets.empty()) {
         if (is_var) {
           if (src_.compare(p, 3, "-}}") == 0 || src_.compare(p, 2, "}}") == 0) {
             toks_.push_back(Token{Tok::VarEnd, pos_at(p), {}});
@@ -244,8 +244,13 @@ class Lexer {
           if (!std::strchr("+-*/%~<>=()[]{},.:|", c))
             fail_at(LLM_ERR_INVALID_ARGUMENT, pos, "unexpected character '%c'", c);
           op = std::string(1, c);
-          if (c == '(' || c == '[' || c == '{') ++depth;
-          if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
+          if (c == '(' || c == '[' || c == '{') brackets.push_back(c == '(' ? ')' : c == '[' ? ']' : '}');
+          if (c == ')' || c == ']' || c == '}') {
+            if (brackets.empty()) fail_at(LLM_ERR_INVALID_ARGUMENT, pos, "unexpected '%c'", c);
+            if (brackets.back() != c)
+              fail_at(LLM_ERR_INVALID_ARGUMENT, pos, "unexpected '%c', expected '%c'", c, brackets.back());
+            brackets.pop_back();
+          }
         }
         toks_.push_back(Token{Tok::Op, pos, op});
         p += op.size();
@@ -603,7 +608,7 @@ class Parser {
     }
     if (s->targets.size() != 1) unexpected(peek(), "'='");
     s->kind = Stmt::SetBlock;
-    if (at_op("|")) s->filter = parse_filter_chain(nullptr);
+    if (skip_op("|")) s->filter = parse_filter_chain(nullptr);
     expect_block_end();
     std::string end;
     s->body = parse_body({"endset"}, &end);
@@ -967,7 +972,7 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto e = make(Expr::Call, peek().pos);
+    auto e = make(Expr::Call, callee->pos);  // errors point at what is called
     Nest nest(*this, e->pos);
     e->args.push_back(std::move(callee));
     parse_args(*e);

@@ -369,12 +369,23 @@ class Renderer {
     }
     const size_t n = items.size();
     if (n == 0) return exec_body(s.else_body, out);
-    Value cycle = Value::function("cycle", [](Renderer& r, CallArgs& a, const Pos& p) -> Value {
-      Value* loop = r.scopes_.back() ? frame_find(*r.scopes_.back(), "loop") : nullptr;
+    // One loop object per loop, updated in place each iteration (a fresh
+    // dict per iteration costs more than the body of a typical loop).
+    static const char* const kKeys[] = {"index",    "index0",   "revindex", "revindex0", "first", "last",
+                                        "length",   "depth",    "depth0",   "previtem",  "nextitem", "cycle"};
+    Value loop = Value::make_dict();
+    Dict& d = *loop.dict;
+    for (const char* key : kKeys) d.items.emplace_back(Value::string(key), Value());
+    std::weak_ptr<Dict> weak = loop.dict;  // weak: the dict holds this function
+    d.items[11].second = Value::function("cycle", [weak](Renderer& r, CallArgs& a, const Pos& p) -> Value {
       if (a.pos.empty()) r.fail(p, "no items for cycling given");
-      int64_t idx = loop && loop->is_dict() ? loop->dict->find("index0")->i : 0;
+      std::shared_ptr<Dict> self = weak.lock();
+      const int64_t idx = self ? self->items[1].second.i : 0;
       return a.pos[size_t(idx) % a.pos.size()];
     });
+    d.items[6].second = Value::integer(int64_t(n));
+    d.items[7].second = Value::integer(1);
+    d.items[8].second = Value::integer(0);
     for (size_t k = 0; k < n; ++k) {
       step(s.pos);
       Frame f;
@@ -383,21 +394,15 @@ class Renderer {
         std::vector<Frame*>& s;
         ~Pop() { s.pop_back(); }
       } pop{scopes_};
-      Value loop = Value::make_dict();
-      Dict& d = *loop.dict;
-      d.set("index", Value::integer(int64_t(k) + 1));
-      d.set("index0", Value::integer(int64_t(k)));
-      d.set("revindex", Value::integer(int64_t(n - k)));
-      d.set("revindex0", Value::integer(int64_t(n - k - 1)));
-      d.set("first", Value::boolean(k == 0));
-      d.set("last", Value::boolean(k + 1 == n));
-      d.set("length", Value::integer(int64_t(n)));
-      d.set("depth", Value::integer(1));
-      d.set("depth0", Value::integer(0));
-      d.set("previtem", k > 0 ? items[k - 1] : Value::undefined("there is no previous item"));
-      d.set("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("there is no next item"));
-      d.set("cycle", cycle);
-      f.emplace_back("loop", std::move(loop));
+      d.items[0].second = Value::integer(int64_t(k) + 1);
+      d.items[1].second = Value::integer(int64_t(k));
+      d.items[2].second = Value::integer(int64_t(n - k));
+      d.items[3].second = Value::integer(int64_t(n - k - 1));
+      d.items[4].second = Value::boolean(k == 0);
+      d.items[5].second = Value::boolean(k + 1 == n);
+      d.items[9].second = k > 0 ? items[k - 1] : Value::undefined("there is no previous item");
+      d.items[10].second = k + 1 < n ? items[k + 1] : Value::undefined("there is no next item");
+      f.emplace_back("loop", loop);
       assign_into(f, s.targets, items[k], s.pos);
       Flow fl = exec_body(s.body, out);
       if (fl == Flow::Break) break;
@@ -764,7 +769,7 @@ class Renderer {
           check_size(a.str().size() + b.str().size(), p);
           return make_str(a.str() + b.str(), p);
         }
-        if (a.is_list() && b.is_list()) {
+        if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple) {
           if (a.list->size() + b.list->size() > kMaxListItems) fail(p, "list too long");
           List out = *a.list;
           out.insert(out.end(), b.list->begin(), b.list->end());
@@ -930,17 +935,12 @@ class Renderer {
         if (!from_right) {
           // The last piece keeps the rest of the string, leading spaces stripped.
           std::vector<std::pair<size_t, size_t>> w(words.begin(), words.begin() + maxsplit);
-          size_t b = words[size_t(maxsplit)].first, e = cps.size();
-          while (e > b && py_space(cps[e - 1])) --e;
-          w.emplace_back(b, e);
+          w.emplace_back(words[size_t(maxsplit)].first, cps.size());  // the rest keeps its trailing spaces
           words = w;
         } else {
           std::vector<std::pair<size_t, size_t>> w;
           const size_t first_kept = words.size() - size_t(maxsplit);
-          w.emplace_back(0, words[first_kept - 1].second);
-          size_t b = 0;
-          while (b < cps.size() && py_space(cps[b])) ++b;
-          w[0].first = b;
+          w.emplace_back(0, words[first_kept - 1].second);  // the rest keeps its leading spaces
           w.insert(w.end(), words.begin() + long(first_kept), words.end());
           words = w;
         }
@@ -1641,6 +1641,7 @@ Value Renderer::apply_named_filter(const std::string& name, Value in, CallArgs& 
     const int64_t prec = std::clamp<int64_t>(int_arg(a, 0, "precision", p, fn, 0), -300, 300);
     const Value* mv = arg(a, 1, "method");
     const std::string method = mv ? to_str(*mv) : "common";
+    if (method == "common" && is_int(in)) return Value::integer(int_of(in));  // Python's round(int, n) is an int
     const double scale = std::pow(10.0, double(prec));
     double x = as_double(in) * scale;
     if (method == "common") x = std::nearbyint(x);

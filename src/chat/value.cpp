@@ -125,6 +125,7 @@ std::string repr(const Value& v) {
       }
       return out + "}";
     }
+    case Type::Undefined: return "Undefined";
     default: return to_str(v);
   }
 }
