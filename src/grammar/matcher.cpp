@@ -39,6 +39,7 @@ constexpr size_t kMaxStacks = 1024;           // stacks in one state
 constexpr size_t kMaxDepth = 2048;            // frames in one stack
 constexpr size_t kMaxExpand = 16384;          // Ref expansions in one expand()
 constexpr size_t kMaxCacheBytes = size_t(512) << 20;
+constexpr size_t kMaxBelowBytes = size_t(64) << 20;
 
 struct KeyEntry {
   std::vector<uint64_t> bits;   // accepted tokens, dense form (or empty)
@@ -60,6 +61,10 @@ struct Cache {
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<const KeyEntry>> entries;
   size_t bytes = 0;
+  // Uncertain tokens that the frames below accepted, per whole stack: within
+  // one JSON string or list the stack below repeats at every step.
+  std::unordered_map<std::string, std::shared_ptr<const std::vector<int32_t>>> below;
+  size_t below_bytes = 0;
 };
 
 namespace {
@@ -74,8 +79,17 @@ void normalize(std::vector<Stack>& v) {
 // Expands `s` until every stack top is a terminal, appending to `out`.
 // False when a cap is hit.
 bool expand(const Grammar& g, Stack s, std::vector<Stack>& out) {
-  std::vector<Stack> todo;
-  std::vector<Stack> seen;  // stacks whose top Ref was expanded already (tail-call cycles)
+  if (!s.empty()) {
+    const Op op = g.elems[s.back()].op;
+    if (op != Op::End && op != Op::Ref) {  // the common case: already a terminal
+      out.push_back(std::move(s));
+      return true;
+    }
+  }
+  thread_local std::vector<Stack> todo;
+  thread_local std::vector<Stack> seen;  // stacks whose top Ref was expanded already (tail-call cycles)
+  todo.clear();
+  seen.clear();
   todo.push_back(std::move(s));
   size_t n_expanded = 0;
   while (!todo.empty()) {
@@ -211,6 +225,68 @@ void walk_sorted(const Grammar& g, const State& init, size_t n, Str str, Lcp lcp
   }
 }
 
+// States of one key's walk, interned, with their byte transitions memoized:
+// inside a string almost every byte leads back to the same state, so the walk
+// over the whole vocabulary costs a hash lookup per trie node, not an advance.
+class StateTable {
+ public:
+  static constexpr int32_t kDead = -1;
+  explicit StateTable(const Grammar& g) : g_(g) {}
+
+  int32_t intern(State&& s) {
+    std::string k = serialize(s);
+    auto it = ids_.find(k);
+    if (it != ids_.end()) return it->second;
+    const int32_t id = int32_t(states_.size());
+    states_.push_back(std::move(s));
+    ids_.emplace(std::move(k), id);
+    return id;
+  }
+
+  // Next state after byte b; *popped: some path left the key frames here.
+  // With nothing left inside the key, the state is kDead (the pop still counts).
+  int32_t step(int32_t id, uint8_t b, bool* popped) {
+    const uint64_t key = (uint64_t(uint32_t(id)) << 8) | b;
+    auto it = trans_.find(key);
+    if (it != trans_.end()) {
+      *popped = it->second.second;
+      return it->second.first;
+    }
+    State nx;
+    int32_t next = kDead;
+    bool pop = false;
+    if (advance_byte(g_, states_[size_t(id)], b, nx)) {
+      if (nx.stacks[0].empty()) {
+        pop = true;
+        nx.stacks.erase(nx.stacks.begin());
+      }
+      if (!nx.stacks.empty()) next = intern(std::move(nx));
+    }
+    if (trans_.size() < (size_t(1) << 22)) trans_.emplace(key, std::make_pair(next, pop));
+    *popped = pop;
+    return next;
+  }
+
+ private:
+  static std::string serialize(const State& s) {
+    std::string k;
+    k.append(reinterpret_cast<const char*>(&s.partial.value), 4);
+    k.push_back(char(s.partial.need));
+    k.push_back(char(s.partial.len));
+    for (const Stack& st : s.stacks) {
+      const uint32_t n = uint32_t(st.size());
+      k.append(reinterpret_cast<const char*>(&n), 4);
+      k.append(reinterpret_cast<const char*>(st.data()), st.size() * 4);
+    }
+    return k;
+  }
+
+  const Grammar& g_;
+  std::vector<State> states_;
+  std::unordered_map<std::string, int32_t> ids_;
+  std::unordered_map<uint64_t, std::pair<int32_t, bool>> trans_;
+};
+
 std::shared_ptr<const KeyEntry> build_entry(const Cache& c, const Stack& key) {
   const Grammar& g = *c.grammar;
   const Vocab& v = *c.vocab;
@@ -220,11 +296,12 @@ std::shared_ptr<const KeyEntry> build_entry(const Cache& c, const Stack& key) {
 
   std::vector<int32_t> accepted;
   std::vector<std::pair<std::string_view, int32_t>> uncertain;
-  std::vector<State> states(1);
-  states[0].stacks.push_back(key);
+  StateTable table(g);
+  State init;
+  init.stacks.push_back(key);
+  std::vector<int32_t> states(1, table.intern(std::move(init)));
   std::vector<uint32_t> pops;  // depths along the current path where a path left the key
-  size_t alive = 0;             // states[0..alive] non-empty along the previous token
-  size_t path_len = 0;          // bytes of the previous token walked (pops recorded up to here)
+  size_t alive = 0;             // states[0..alive] live along the previous token
   for (size_t i = 0; i < sorted.size(); ++i) {
     const int32_t t = sorted[i];
     const std::string& piece = v.piece(t);
@@ -240,25 +317,16 @@ std::shared_ptr<const KeyEntry> build_entry(const Cache& c, const Stack& key) {
       }
       continue;
     }
-    path_len = l;
     if (states.size() < L + 1) states.resize(L + 1);
-    size_t d = l;
     alive = l;
-    for (; d < L; ++d) {
-      State& nx = states[d + 1];
-      if (!advance_byte(g, states[d], uint8_t(piece[d]), nx)) {
-        path_len = d + 1;
-        break;
-      }
-      path_len = d + 1;
-      if (nx.stacks[0].empty()) {
-        pops.push_back(uint32_t(d + 1));
-        nx.stacks.erase(nx.stacks.begin());
-      }
-      if (nx.stacks.empty()) break;
+    for (size_t d = l; d < L; ++d) {
+      bool popped = false;
+      const int32_t nx = table.step(states[d], uint8_t(piece[d]), &popped);
+      if (popped) pops.push_back(uint32_t(d + 1));
+      if (nx == StateTable::kDead) break;
+      states[d + 1] = nx;
       alive = d + 1;
     }
-    (void)path_len;
     if (alive == L || (!pops.empty() && pops.back() == L)) {
       accepted.push_back(t);
     } else {
@@ -311,6 +379,38 @@ std::shared_ptr<const KeyEntry> get_entry(Cache& c, const Stack& key) {
     c.entries.emplace(std::move(k), e);
   }
   return e;
+}
+
+// The uncertain tokens of `entry` that stack s (key = its top klen frames)
+// accepts: their suffixes walked from the frames below the key. Memoized.
+std::shared_ptr<const std::vector<int32_t>> below_accepted(Cache& c, const Stack& s, size_t klen, const KeyEntry& entry) {
+  std::string k(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(uint32_t));
+  k.append(reinterpret_cast<const char*>(&klen), sizeof klen);
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.below.find(k);
+    if (it != c.below.end()) return it->second;
+  }
+  auto out = std::make_shared<std::vector<int32_t>>();
+  State below;
+  if (expand(*c.grammar, Stack(s.begin(), s.end() - long(klen)), below.stacks)) {
+    normalize(below.stacks);
+    walk_sorted(
+        *c.grammar, below, entry.suffix.size(), [&](size_t i) { return entry.suffix[i]; },
+        [&](size_t i) { return size_t(entry.suffix_lcp[i]); },
+        [&](size_t i) {
+          for (uint32_t j = entry.group_begin[i]; j < entry.group_begin[i + 1]; ++j) out->push_back(entry.group_tokens[j]);
+        });
+  }
+  std::lock_guard<std::mutex> lock(c.mu);
+  const size_t bytes = k.size() + out->size() * 4 + 64;
+  if (c.below_bytes + bytes > kMaxBelowBytes) {
+    c.below.clear();
+    c.below_bytes = 0;
+  }
+  c.below_bytes += bytes;
+  c.below.emplace(std::move(k), out);
+  return out;
 }
 
 bool token_elem_matches(const Cache& c, const Element& e, int32_t token, const Vocab& v) {
@@ -478,16 +578,7 @@ void Matcher::compute_mask(std::vector<uint64_t>& bits) {
           for (int32_t t : entry->list) detail::set_bit(bits, t);
         }
         if (entry->suffix.empty() || klen == s.size()) continue;
-        State below;
-        if (!detail::expand(g, Stack(s.begin(), s.end() - long(klen)), below.stacks)) continue;
-        detail::normalize(below.stacks);
-        detail::walk_sorted(
-            g, below, entry->suffix.size(), [&](size_t i) { return entry->suffix[i]; },
-            [&](size_t i) { return size_t(entry->suffix_lcp[i]); },
-            [&](size_t i) {
-              for (uint32_t k = entry->group_begin[i]; k < entry->group_begin[i + 1]; ++k)
-                detail::set_bit(bits, entry->group_tokens[k]);
-            });
+        for (int32_t t : *detail::below_accepted(*cache_, s, klen, *entry)) detail::set_bit(bits, t);
       }
     }
   }
@@ -509,6 +600,10 @@ void Matcher::apply_mask(float* logits, int32_t n_vocab) {
     const uint64_t m = mask_[size_t(w)];
     if (m == ~uint64_t(0)) continue;
     const int32_t end = std::min(n, w * 64 + 64);
+    if (m == 0) {
+      std::fill(logits + w * 64, logits + end, -INFINITY);
+      continue;
+    }
     for (int32_t t = w * 64; t < end; ++t)
       if (!((m >> (t & 63)) & 1)) logits[t] = -INFINITY;
   }
