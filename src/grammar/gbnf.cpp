@@ -22,6 +22,7 @@ constexpr size_t kMaxElements = size_t(1) << 20;  // whole grammar, after repeti
 constexpr uint32_t kMaxRepeat = 65535;            // m and n of {m,n}
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr uint32_t kTransparentMaxLen = 8;        // code points; see Rule::transparent
+constexpr int kMaxNesting = 256;                  // parentheses
 
 struct PendingRule {
   std::string name;
@@ -30,6 +31,7 @@ struct PendingRule {
   size_t def_offset = 0;  // where it was defined (or, for generated rules, opened)
   size_t ref_offset = 0;  // first reference (for "undefined rule")
   uint32_t parent = 0;    // generated rules: the user rule they were made for
+  uint32_t chain_k = 0;   // O(k) of a bounded repetition (see Rule::chain_k)
   std::vector<std::vector<Element>> alts;
 };
 
@@ -292,10 +294,12 @@ class Parser {
       uint32_t prev = ~0u;
       for (uint32_t k = 0; k < hi - lo; ++k) {
         const uint32_t r = new_generated(off);
-        if (prev == ~0u)
+        if (prev == ~0u) {
           rules_[r].alts = {{x}, {}};
-        else
+        } else {
           rules_[r].alts = {{x, {Op::Ref, prev}}, {}};
+          rules_[r].chain_k = k + 1;
+        }
         prev = r;
       }
       seq.push_back({Op::Ref, prev});
@@ -350,8 +354,10 @@ class Parser {
       } else if (c == '(') {
         ++i_;
         skip_space(true);
+        if (++depth_ > kMaxNesting) error_at(off, "parentheses nested deeper than %d", kMaxNesting);
         const uint32_t g = new_generated(off);
         parse_alternates(g, true);
+        --depth_;
         if (peek() != ')') error_at(i_, "expected ')'");
         ++i_;
         last = seq.size();
@@ -430,6 +436,7 @@ class Parser {
   size_t n_elements_ = 0;
   uint32_t current_ = 0;
   uint32_t n_generated_ = 0;
+  int depth_ = 0;
 };
 
 // Strongly connected components (iterative Tarjan). comp[v] = component id;
@@ -631,6 +638,17 @@ std::shared_ptr<Grammar> Parser::finish(std::string_view root_name) {
       maxlen[r] = cyclic || best >= kInf ? kInf : uint32_t(best);
     }
     for (uint32_t r = 0; r < n; ++r) g->rules[r].transparent = rules_[r].generated || maxlen[r] <= kTransparentMaxLen;
+  }
+
+  // Chains whose item always consumes input, laid out as Rule::chain_k says.
+  for (uint32_t r = 0; r < n; ++r) {
+    const uint32_t k = rules_[r].chain_k;
+    if (k < 2) continue;
+    const Element x = rules_[r].alts[0][0];
+    if (x.op == Op::Ref && nullable[x.arg]) continue;
+    if (k > 2 && g->rules[r - 1].chain_k != k - 1) continue;
+    if (k > 2 && g->rules[r].alts[0] != g->rules[r - 1].alts[0] + 4) continue;
+    g->rules[r].chain_k = k;
   }
   return g;
 }

@@ -59,6 +59,10 @@ struct Rule {
   std::string name;
   bool generated = false;     // made for a group or a repetition, not written by the user
   bool transparent = false;   // short, bounded match: the mask cache key looks through it
+  // x{m,n} chains O(k) ::= x O(k-1) | "" (x never empty), k >= 2: k, else 0.
+  // O(k)'s elements sit 4(k-j) after O(j)'s, so a cache key may map a frame in
+  // O(k) to O(j) when no token can use up the difference.
+  uint32_t chain_k = 0;
   std::vector<uint32_t> alts; // start position of each alternative
 };
 
@@ -100,6 +104,7 @@ class Vocab {
   // sorted by piece bytes; lcp_[i] = common prefix of sorted_[i-1] and sorted_[i].
   const std::vector<int32_t>& sorted() const { return sorted_; }
   const std::vector<uint16_t>& lcp() const { return lcp_; }
+  size_t max_piece_len() const { return max_piece_len_; }
   // Token whose piece is exactly `text` (the lowest id), or -1.
   int32_t find_piece(std::string_view text) const;
 
@@ -110,6 +115,7 @@ class Vocab {
   std::vector<int32_t> eog_ids_;
   std::vector<int32_t> sorted_;
   std::vector<uint16_t> lcp_;
+  size_t max_piece_len_ = 0;
 };
 
 // pieces[id] = the raw bytes token id stands for (empty for control tokens).

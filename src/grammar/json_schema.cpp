@@ -24,7 +24,9 @@ namespace {
 
 using json::Value;
 
-constexpr int kMaxRefDepth = 128;
+constexpr int kMaxRefDepth = 32;
+constexpr int kMaxRegexNesting = 64;
+constexpr size_t kMaxKeyTrieName = 256;  // code points of a property name when extra properties are allowed
 constexpr int64_t kMaxCount = 10000;  // minItems/maxItems/minLength/maxLength
 
 const char* const kSpace = R"(| " " | "\n" [ \t]{0,20})";
@@ -434,6 +436,8 @@ class Converter {
         v.push_back(cp);
         i += len;
       }
+      if (v.size() > kMaxKeyTrieName)
+        error(path_, "property name over %zu characters with additional properties allowed (unsupported)", kMaxKeyTrieName);
       cps.push_back(v);
     }
     // Recursive over prefixes; a name with a control/quote/backslash char can
@@ -498,6 +502,7 @@ class Converter {
       if (ap && !ap->is_bool()) value = visit(*ap, path + "/additionalProperties", hint + "-additional");
       std::vector<std::string> names;
       for (const auto& p : props) names.push_back(p.first);
+      path_ = path;
       const std::string key = props.empty() ? prim("string") : key_not_in(names, hint);
       extra_kv = rule(hint + "-extra-kv", key + " \":\" " + sp + " " + value);
     }
@@ -537,6 +542,7 @@ class Converter {
     re_ = &re;
     re_path_ = path;
     ri_ = 0;
+    re_depth_ = 0;
     bool start_anchor = false, end_anchor = false;
     size_t end = re.size();
     if (!re.empty() && re[0] == '^') {
@@ -729,7 +735,9 @@ class Converter {
         if (ri_ + 1 < re_end_ && (*re_)[ri_ + 1] == ':') ri_ += 2;
         else re_error("lookaround and named groups are unsupported");
       }
+      if (++re_depth_ > kMaxRegexNesting) re_error("groups nested too deep");
       const std::string inner = re_alt();
+      --re_depth_;
       if (re_peek() != ')') re_error("missing ')'");
       ++ri_;
       return "(" + inner + ")";
@@ -800,9 +808,11 @@ class Converter {
   std::set<std::string> prims_;
   std::map<std::string, std::string> ref_rules_;
   int ref_depth_ = 0;
+  std::string path_;  // of the object whose extra-property keys are being built
   const std::string* re_ = nullptr;
   std::string re_path_;
   size_t ri_ = 0, re_end_ = 0;
+  int re_depth_ = 0;
 };
 
 }  // namespace

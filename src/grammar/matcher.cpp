@@ -203,6 +203,20 @@ size_t key_len(const Grammar& g, const Stack& s) {
   return s.size();
 }
 
+// A frame in a repetition chain O(k) whose k no token can use up (every
+// repetition takes at least one byte) is the same for the cache as O(cap + 1).
+void canonicalize_key(const Grammar& g, const Vocab& v, Stack& key) {
+  const uint32_t cap = uint32_t(std::min<size_t>(v.max_piece_len(), 1u << 20)) + 1;
+  if (cap < 2) return;
+  for (uint32_t& f : key) {
+    const uint32_t k = g.rules[g.elem_rule[f]].chain_k;
+    if (k > cap) {
+      // k >= 3 chains are validated down to k = 2, so O(cap) exists and sits 4 * (k - cap) earlier.
+      f -= 4 * (k - cap);
+    }
+  }
+}
+
 inline void set_bit(std::vector<uint64_t>& bits, int32_t i) { bits[size_t(i) >> 6] |= uint64_t(1) << (i & 63); }
 inline bool get_bit(const std::vector<uint64_t>& bits, int32_t i) { return (bits[size_t(i) >> 6] >> (i & 63)) & 1; }
 
@@ -570,7 +584,8 @@ void Matcher::compute_mask(std::vector<uint64_t>& bits) {
           continue;
         }
         const size_t klen = detail::key_len(g, s);
-        const Stack key(s.end() - long(klen), s.end());
+        Stack key(s.end() - long(klen), s.end());
+        detail::canonicalize_key(g, v, key);
         std::shared_ptr<const detail::KeyEntry> entry = detail::get_entry(*cache_, key);
         if (!entry->bits.empty()) {
           for (size_t w = 0; w < bits.size(); ++w) bits[w] |= entry->bits[w];

@@ -33,7 +33,10 @@ std::shared_ptr<const Vocab> make_vocab(std::vector<std::string> pieces, std::ve
   v->eog_ids_ = std::move(eog_ids);
   for (size_t i = 0; i < n; ++i) {
     LLM_CHECK(pieces[i].size() <= 0xFFFF, LLM_ERR_INVALID_ARGUMENT, "grammar: token %zu is over 65535 bytes", i);
-    if (!pieces[i].empty() && !v->is_eog_[i]) v->sorted_.push_back(int32_t(i));
+    if (!pieces[i].empty() && !v->is_eog_[i]) {
+      v->sorted_.push_back(int32_t(i));
+      v->max_piece_len_ = std::max(v->max_piece_len_, pieces[i].size());
+    }
   }
   std::sort(v->sorted_.begin(), v->sorted_.end(), [&](int32_t a, int32_t b) {
     const int c = pieces[size_t(a)].compare(pieces[size_t(b)]);

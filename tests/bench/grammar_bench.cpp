@@ -153,11 +153,17 @@ void BM_SchemaBetweenValues(benchmark::State& st) {
   run_mask(st, schema_grammar(), "{\"name\": \"Grace\", \"born\": 1906, \"langs\": [\"COBOL\", ");
 }
 
+// A bounded string: one cache key per count (docs/GRAMMAR.md, "Not done yet").
+void BM_SchemaMaxLengthString(benchmark::State& st) {
+  run_mask(st, parse_gbnf(json_schema_to_gbnf(R"({"type": "string", "maxLength": 100})")), "\"Grace Hop");
+}
+
 BENCHMARK(BM_JsonMidString)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_JsonBetweenValues)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_JsonAfterValue)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SchemaMidString)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SchemaBetweenValues)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SchemaMaxLengthString)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -146,6 +146,7 @@ TEST(Gbnf, Errors) {
   EXPECT_EQ(error_of("root ::= [z-a]"), "grammar: line 1, column 13: character range out of order");
   EXPECT_EQ(error_of("root ::= \"a\" @"), "grammar: line 1, column 14: unexpected character '@'");
   EXPECT_EQ(error_of("root ::= \"\xFF\""), "grammar: line 1, column 11: invalid UTF-8");
+  EXPECT_NE(error_of("root ::= " + std::string(300, '(')).find("parentheses nested deeper than 256"), std::string::npos);
   EXPECT_NE(error_of("root ::= \"a\"{99999}").find("repetition count over"), std::string::npos);
   EXPECT_NE(error_of("root ::= \"a\"{0,60000} \"a\"{0,60000} \"a\"{0,60000} \"a\"{0,60000}").find("grammar too large"),
             std::string::npos);

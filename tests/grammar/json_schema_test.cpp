@@ -149,6 +149,11 @@ TEST(JsonSchema, Errors) {
   EXPECT_NE(schema_error(R"({"type": "string", "pattern": "(a)\\1"})").find("unsupported escape"), std::string::npos);
   EXPECT_NE(schema_error(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})").find("can never complete"),
             std::string::npos);
+  EXPECT_NE(schema_error(R"({"type": "string", "pattern": ")" + std::string(100, '(') + "\"}").find("nested too deep"),
+            std::string::npos);
+  EXPECT_NE(schema_error(R"({"type": "object", "properties": {")" + std::string(300, 'k') + R"(": {}}})")
+                .find("property name over 256 characters"),
+            std::string::npos);
   EXPECT_EQ(schema_error("false"), "json schema: at /: the schema 'false' (nothing validates) is unsupported");
   // Descriptive keywords are ignored.
   EXPECT_EQ(schema_error(R"({"title": "t", "description": "d", "examples": [1], "$schema": "x", "type": "integer"})"), "");

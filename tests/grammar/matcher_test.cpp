@@ -238,6 +238,33 @@ TEST(MaskEquality, SchemaGrammarRandomVocabularies) {
   EXPECT_GT(n, 200);
 }
 
+TEST(MaskEquality, LongBoundedRepetitions) {
+  // Repetition counts far above the longest piece share cache entries
+  // (canonicalize_key); the masks must not change.
+  std::vector<std::string> pieces;
+  const std::string alphabet = "[]()abcz";
+  for (char a : alphabet) {
+    pieces.push_back(std::string(1, a));
+    for (char b : alphabet) {
+      pieces.push_back(std::string(1, a) + b);
+      for (char c : alphabet) pieces.push_back(std::string(1, a) + b + c);
+    }
+  }
+  pieces.push_back("");
+  auto v = make_vocab(pieces, {int32_t(pieces.size() - 1)});
+  auto g = parse_gbnf("root ::= \"[\" [a-c]{0,40} \"]\" | \"(\" (\"ab\" | \"c\"){2,30} \")\" | \"z\"{3,12} (\"z\"? \"a\"){0,9}");
+  std::mt19937 rng(5);
+  int n = 0;
+  for (const std::string& t : std::vector<std::string>{"[" + std::string(40, 'a') + "]", "[abcabc]", "[]", "(" + std::string(20, 'c') + "abab)",
+                               std::string(12, 'z') + "azaaza"}) {
+    for (int round = 0; round < 3; ++round) check_along(g, v, t, rng, &n);
+  }
+  EXPECT_GT(n, 100);
+  // Past the bound: rejected.
+  EXPECT_FALSE(accepts(g, "[" + std::string(41, 'a') + "]"));
+  EXPECT_FALSE(accepts(g, "(" + std::string(31, 'c') + ")"));
+}
+
 TEST(MaskEquality, GemmaVocabulary) {
   auto v = gemma_vocab();
   if (!v) GTEST_SKIP() << "LLM_GEMMA3_GGUF is not set (tests/models/fetch_gemma3.sh)";
