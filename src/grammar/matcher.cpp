@@ -260,11 +260,16 @@ class StateTable {
   // Next state after byte b; *popped: some path left the key frames here.
   // With nothing left inside the key, the state is kDead (the pop still counts).
   int32_t step(int32_t id, uint8_t b, bool* popped) {
-    const uint64_t key = (uint64_t(uint32_t(id)) << 8) | b;
-    auto it = trans_.find(key);
-    if (it != trans_.end()) {
-      *popped = it->second.second;
-      return it->second.first;
+    // Row of 256 transitions per state (the first kMaxRows states): 0 = not
+    // computed yet, else ((next + 2) << 1) | pop.
+    const bool memo = size_t(id) < kMaxRows;
+    if (memo) {
+      if (trans_.size() < (size_t(id) + 1) * 256) trans_.resize((size_t(id) + 1) * 256, 0);
+      const uint32_t e = trans_[size_t(id) * 256 + b];
+      if (e != 0) {
+        *popped = e & 1;
+        return int32_t(e >> 1) - 2;
+      }
     }
     State nx;
     int32_t next = kDead;
@@ -276,7 +281,7 @@ class StateTable {
       }
       if (!nx.stacks.empty()) next = intern(std::move(nx));
     }
-    if (trans_.size() < (size_t(1) << 22)) trans_.emplace(key, std::make_pair(next, pop));
+    if (memo) trans_[size_t(id) * 256 + b] = (uint32_t(next + 2) << 1) | (pop ? 1u : 0u);
     *popped = pop;
     return next;
   }
@@ -298,7 +303,8 @@ class StateTable {
   const Grammar& g_;
   std::vector<State> states_;
   std::unordered_map<std::string, int32_t> ids_;
-  std::unordered_map<uint64_t, std::pair<int32_t, bool>> trans_;
+  static constexpr size_t kMaxRows = 16384;  // 16 MiB of transitions at most
+  std::vector<uint32_t> trans_;
 };
 
 std::shared_ptr<const KeyEntry> build_entry(const Cache& c, const Stack& key) {
