@@ -111,7 +111,9 @@ TEST(ChatTemplates, RealTemplatesMatchJinja2) {
     if (c.contains("expected")) {
       const std::string want = c.at("expected");
       // Never a different string: anything but the exact text must be an error.
-      if (err.empty()) EXPECT_EQ(got, want) << where;
+      if (err.empty()) {
+        EXPECT_EQ(got, want) << where;
+      }
       if (err.empty() && got == want) {
         ++t.identical;
         ++t.rendered;
@@ -123,8 +125,9 @@ TEST(ChatTemplates, RealTemplatesMatchJinja2) {
       EXPECT_FALSE(err.empty()) << where << " rendered but jinja2 raised " << c.at("error");
       const std::string jerr = c.at("error");
       const std::string prefix = "TemplateError: ";
-      if (!err.empty() && jerr.rfind(prefix, 0) == 0)
+      if (!err.empty() && jerr.rfind(prefix, 0) == 0) {
         EXPECT_NE(err.find(jerr.substr(prefix.size())), std::string::npos) << where << ": " << err;
+      }
       if (!err.empty()) ++t.identical;
       else if (t.first_problem.empty()) t.first_problem = "rendered where jinja2 raised";
     }
