@@ -6,7 +6,7 @@
 //   llm-bench -m MODEL[,MODEL...] [-p 512[,128...]] [-n 128] [-t 1,2] [-r 5]
 //             [--kv f16|f32|int8|int4[,...]] [--depth 0[,2048...]] [--json]
 //             [--warmup N] [--device auto|cpu|cuda] [--bw-mib 1024] [--seed S]
-//             [--exact] [--progress]
+//             [--exact] [--progress] [--batch 1,2,4,8,16]
 //
 // Tests, each repeated -r times (after --warmup untimed runs):
 //   ppN  one llm_prefill of N random valid token ids into a fresh session
@@ -17,6 +17,13 @@
 //        then N timed llm_decode_step calls, each one forward pass + greedy
 //        sampling; EOS is ignored. tokens/s = N / their total time; ITL
 //        median and p95 pooled over all steps of all repetitions.
+//   tgN xB  (--batch B[,...], in place of tgN) B sessions, session i
+//        prefilled with a (D + 8 + i)-token prompt (BOS first; the lengths
+//        differ so the sessions' attention does too), one untimed
+//        llm_decode_batch (it only samples), then N timed llm_decode_batch
+//        calls over all B sessions (one batched forward pass each on the
+//        CPU and on CUDA). tokens/s = B * N / their total time (aggregate
+//        over the sessions); ITL = the time of one batch step.
 // Figures are mean +- sample stddev over repetitions (the median is also
 // given, as this is usually run on shared, noisy machines).
 //
@@ -75,6 +82,7 @@ void usage(FILE* f) {
                "  --seed S               seed of the random prompt tokens (default 42)\n"
                "  --exact                load with LLM_LOAD_REFERENCE_MATH\n"
                "  --no-huge-pages        load with LLM_LOAD_NO_HUGE_PAGES (weights stay on the file's pages)\n"
+               "  --batch LIST           tgN as B sessions stepped together by llm_decode_batch (aggregate t/s)\n"
                "  --json                 JSON instead of a markdown table\n"
                "  --progress             progress lines on stderr\n"
                "LIST is comma-separated, e.g. -t 1,2 -p 128,512.\n");
@@ -341,6 +349,7 @@ ModelFacts model_facts(const llm_model* m) {
 struct TestSpec {
   int n_prompt = 0, n_gen = 0, depth = 0;
   llm_kv_type kv = LLM_KV_F16;
+  int batch = 0;  // tgN: > 0 = that many sessions through llm_decode_batch
 };
 
 struct TestResult {
@@ -358,6 +367,7 @@ struct TestResult {
 
   std::string name() const {
     std::string n = spec.n_prompt ? "pp" + std::to_string(spec.n_prompt) : "tg" + std::to_string(spec.n_gen);
+    if (spec.batch) n += " x" + std::to_string(spec.batch);
     if (spec.depth) n += " @ d" + std::to_string(spec.depth);
     return n;
   }
@@ -366,7 +376,8 @@ struct TestResult {
     double kv = 0;
     for (double k : kv_bytes) kv += k;
     if (!kv_bytes.empty()) kv /= double(kv_bytes.size());
-    return bw_gbps * 1e9 / (double(facts.bytes_per_token) + kv);
+    // A batch step reads the weights once for all its sessions' tokens.
+    return bw_gbps * 1e9 * double(std::max(spec.batch, 1)) / (double(facts.bytes_per_token) + kv);
   }
 };
 
@@ -384,6 +395,7 @@ class Runner {
 
   // One repetition; returns false and sets err on failure.
   bool run_once(const TestSpec& s, TestResult* r, bool timed, std::string* err) {
+    if (s.batch > 0) return run_batch(s, r, timed, err);
     llm_session_params sp;
     llm_session_params_init(&sp);
     sp.kv_type = s.kv;
@@ -447,6 +459,59 @@ class Runner {
       r->ttft_ms.push_back(ttft);
       r->itl_ms.insert(r->itl_ms.end(), steps.begin(), steps.end());
       r->kv_bytes.push_back(0.5 * (double(before.kv_bytes) + double(after.kv_bytes)));
+    }
+    return true;
+  }
+
+  // tgN xB: one repetition of B sessions stepped together.
+  bool run_batch(const TestSpec& s, TestResult* r, bool timed, std::string* err) {
+    const size_t b = size_t(s.batch);
+    std::vector<llm_session*> ses(b, nullptr);
+    struct Guard {
+      std::vector<llm_session*>& s;
+      ~Guard() {
+        for (llm_session* x : s) llm_session_free(x);
+      }
+    } guard{ses};
+    std::vector<llm_token> toks, out(b);
+    llm_status st;
+    for (size_t i = 0; i < b; ++i) {
+      const size_t prompt = size_t(s.depth) + 8 + i;
+      llm_session_params sp;
+      llm_session_params_init(&sp);
+      sp.kv_type = s.kv;
+      sp.max_tokens = uint32_t(prompt + size_t(s.n_gen) + 2);
+      if ((st = llm_session_create(model_, &sp, &ses[i])) != LLM_OK) return fail(st, "session", err);
+      random_tokens(prompt, true, toks);
+      if ((st = llm_prefill(ses[i], toks.data(), toks.size())) != LLM_OK) return fail(st, "prompt prefill", err);
+    }
+    const auto t0 = Clock::now();
+    if ((st = llm_decode_batch(ses.data(), b, nullptr, out.data())) != LLM_OK) return fail(st, "first decode batch", err);
+    const double ttft = ms_since(t0);
+    auto kv_held = [&] {
+      double sum = 0;
+      for (llm_session* x : ses) {
+        llm_session_stats_t stt;
+        stt.struct_size = sizeof stt;
+        llm_session_stats(x, &stt);
+        sum += double(stt.kv_bytes);
+      }
+      return sum;
+    };
+    const double kv0 = kv_held();
+    std::vector<double> steps(size_t(s.n_gen));
+    const auto g0 = Clock::now();
+    for (int i = 0; i < s.n_gen; ++i) {
+      const auto ti = Clock::now();
+      if ((st = llm_decode_batch(ses.data(), b, nullptr, out.data())) != LLM_OK) return fail(st, "decode batch", err);
+      steps[size_t(i)] = ms_since(ti);
+    }
+    const double gen_ms = ms_since(g0);
+    if (timed) {
+      r->tps.push_back(1e3 * double(b) * double(s.n_gen) / gen_ms);
+      r->ttft_ms.push_back(ttft);
+      r->itl_ms.insert(r->itl_ms.end(), steps.begin(), steps.end());
+      r->kv_bytes.push_back(0.5 * (kv0 + kv_held()));
     }
     return true;
   }
@@ -553,9 +618,9 @@ void print_json(const std::vector<TestResult>& results, const std::string& cpu, 
                 (unsigned long long)p.n_params, (unsigned long long)r.facts.bytes_per_token,
                 r.facts.tied ? "true" : "false");
     std::printf("     \"device\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, "
-                "\"n_gen\": %d, \"depth\": %d,\n",
+                "\"n_gen\": %d, \"depth\": %d, \"sessions\": %d,\n",
                 device_name(r.device), r.threads, kv_name(r.spec.kv), r.name().c_str(), r.spec.n_prompt, r.spec.n_gen,
-                r.spec.depth);
+                r.spec.depth, std::max(r.spec.batch, 1));
     if (!r.error.empty()) {
       std::printf("     \"error\": \"%s\"}%s\n", json_escape(r.error).c_str(), i + 1 < results.size() ? "," : "");
       continue;
@@ -576,7 +641,7 @@ void print_json(const std::vector<TestResult>& results, const std::string& cpu, 
 
 int main(int argc, char** argv) {
   std::vector<std::string> models;
-  std::vector<int> prompts = {512}, gens = {128}, depths = {0};
+  std::vector<int> prompts = {512}, gens = {128}, depths = {0}, batches;
   std::vector<int> threads = {int(std::max(1u, std::thread::hardware_concurrency()))};
   std::vector<llm_kv_type> kvs = {LLM_KV_F16};
   int reps = 5, warmup = 1;
@@ -625,6 +690,8 @@ int main(int argc, char** argv) {
       else if (d == "cpu") device = LLM_DEVICE_CPU;
       else if (d == "cuda") device = LLM_DEVICE_CUDA;
       else usage_error("unknown device '%s'", d.c_str());
+    } else if (a == "--batch") {
+      batches = int_list(next(), "bad session count '%s'", 1);
     } else if (a == "--json") {
       json = true;
     } else if (a == "--progress") {
@@ -680,8 +747,11 @@ int main(int argc, char** argv) {
         for (int d : depths) {
           for (int p : prompts)
             if (p > 0) specs.push_back(TestSpec{p, 0, d, kv});
-          for (int g : gens)
-            if (g > 0) specs.push_back(TestSpec{0, g, d, kv});
+          for (int g : gens) {
+            if (g <= 0) continue;
+            if (batches.empty()) specs.push_back(TestSpec{0, g, d, kv});
+            for (int b : batches) specs.push_back(TestSpec{0, g, d, kv, b});
+          }
         }
       for (const TestSpec& s : specs) {
         TestResult r;

@@ -365,17 +365,18 @@ void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* sam
   // CPU sessions: their pending tokens run as one pass (decode_batch_cpu),
   // then every session samples below. Each token of that pass counts the
   // pass in its ITL, as a step alone counts its forward pass.
-  std::vector<uint32_t> gen0;  // per session: n_generated_ + 1 if it took part, else 0
-  const double pass_ms = n > 1 ? decode_batch_cpu(ss, n, sampling, gen0) : 0.0;
+  std::vector<uint32_t> gen0;  // per session: n_generated_ + 1 if a pass advanced it, else 0
+  std::vector<double> pass_ms;  // per session: the time of the pass that advanced it
+  if (n > 1) decode_batch_cpu(ss, n, sampling, gen0, pass_ms);
   struct PassTime {  // runs on the way out, also when a step throws
     Session* const* ss;
     const std::vector<uint32_t>& gen0;
-    double ms;
+    const std::vector<double>& ms;
     ~PassTime() {
       for (size_t i = 0; i < gen0.size(); ++i)
         if (gen0[i] != 0 && ss[i]->n_generated_ == gen0[i] && !ss[i]->itl_ms_.empty()) {
-          ss[i]->itl_ms_.back() += float(ms);
-          ss[i]->gen_ms_total_ += ms;
+          ss[i]->itl_ms_.back() += float(ms[i]);
+          ss[i]->gen_ms_total_ += ms[i];
         }
     }
   } pass_time{ss, gen0, pass_ms};
@@ -389,71 +390,76 @@ void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* sam
 // (logits valid, nothing pending: the CUDA sessions the pass above ran, a
 // step right after prefill) is passed over; any other session (context
 // full, a window eviction due, a re-run after an eviction) ends the batch,
-// since its step alone might fail. Pages are reserved in order; a session
-// that cannot get its page ends the batch too (it then fails or succeeds
-// alone). The pass is all or nothing: if it throws, every session drops the
-// pages it took for it and is as it was, and all of them run alone below.
-double Session::decode_batch_cpu(Session* const* ss, size_t n, const llm_sampling* sampling,
-                                 std::vector<uint32_t>& gen0) {
+// since its step alone might fail. Passes take up to kMaxRows sessions each.
+// Pages are reserved in order; a session that cannot get its page ends the
+// batch too (it then fails or succeeds alone). A pass is all or nothing: if
+// it throws, its sessions drop the pages they took for it and are as they
+// were, and they and the rest run alone below.
+void Session::decode_batch_cpu(Session* const* ss, size_t n, const llm_sampling* sampling,
+                                std::vector<uint32_t>& gen0, std::vector<double>& pass_ms) {
   // Rows per pass: beyond this the weights are read once per many tokens
   // already and the activations outgrow the caches.
   constexpr size_t kMaxRows = 64;
   sampling_from_user(sampling);  // an invalid sampling fails the first step, before anything ran
-  std::vector<Session*> batch;
-  std::vector<size_t> index;
-  for (size_t i = 0; i < n && batch.size() < kMaxRows; ++i) {
+  std::vector<size_t> joins;
+  for (size_t i = 0; i < n; ++i) {
     Session* s = ss[i];
-    if (!s->gpu() && s->pending_ && size_t(s->n_cached_) + 1 <= s->capacity_ &&
-        &s->model_ == &ss[0]->model_) {
+    if (!s->gpu() && s->pending_ && size_t(s->n_cached_) + 1 <= s->capacity_ && &s->model_ == &ss[0]->model_)
+      joins.push_back(i);
+    else if (s->pending_ || !s->logits_valid_ || s->tokens_.empty())
+      break;
+  }
+  if (joins.size() < 2) return;
+  for (size_t j0 = 0; j0 < joins.size(); j0 += kMaxRows) {
+    std::vector<Session*> batch;
+    size_t stop = std::min(joins.size(), j0 + kMaxRows);
+    for (size_t j = j0; j < stop; ++j) {
+      Session* s = ss[joins[j]];
+      try {
+        s->reserve_slots(s->n_cached_, s->n_cached_ + 1);
+      } catch (...) {
+        s->shrink_pages();
+        stop = j;  // this session runs alone (and fails there, or not); the batch ends
+        break;
+      }
       batch.push_back(s);
-      index.push_back(i);
-    } else if (s->pending_ || !s->logits_valid_ || s->tokens_.empty()) {
-      break;
     }
-  }
-  if (batch.size() < 2) return 0.0;
-  size_t ready = 0;
-  for (; ready < batch.size(); ++ready) {
-    Session* s = batch[ready];
+    if (batch.empty()) return;
+    std::vector<cpu::ForwardArgs> args(batch.size());
+    for (size_t k = 0; k < batch.size(); ++k) {
+      Session* s = batch[k];
+      cpu::ForwardArgs& a = args[k];
+      a.tokens = &s->tokens_.back();
+      a.n = 1;
+      a.p0 = s->n_cached_;
+      a.pages[0] = s->pages_.data();
+      a.pages[1] = s->lpages_.data();
+      a.first_slot[1] = s->local_first_;
+      a.logits = s->logits_.data();
+    }
+    const auto t0 = Clock::now();
     try {
-      s->reserve_slots(s->n_cached_, s->n_cached_ + 1);
+      cpu::forward_batch(batch[0]->model_, args.data(), args.size(), batch[0]->scratch_);
     } catch (...) {
-      s->shrink_pages();
-      break;
+      for (Session* s : batch) s->shrink_pages();
+      return;
     }
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (gen0.empty()) {
+      gen0.assign(n, 0);
+      pass_ms.assign(n, 0.0);
+    }
+    for (size_t k = 0; k < batch.size(); ++k) {
+      Session* s = batch[k];
+      s->n_cached_ += 1;
+      s->pending_ = false;
+      s->logits_valid_ = true;
+      s->shrink_pages();  // the windowed layers' pages that every window has left
+      gen0[joins[j0 + k]] = s->n_generated_ + 1;
+      pass_ms[joins[j0 + k]] = ms;
+    }
+    if (stop < std::min(joins.size(), j0 + kMaxRows)) return;
   }
-  batch.resize(ready);
-  if (batch.empty()) return 0.0;
-  std::vector<cpu::ForwardArgs> args(batch.size());
-  for (size_t k = 0; k < batch.size(); ++k) {
-    Session* s = batch[k];
-    cpu::ForwardArgs& a = args[k];
-    a.tokens = &s->tokens_.back();
-    a.n = 1;
-    a.p0 = s->n_cached_;
-    a.pages[0] = s->pages_.data();
-    a.pages[1] = s->lpages_.data();
-    a.first_slot[1] = s->local_first_;
-    a.logits = s->logits_.data();  // written only by a pass that completes
-  }
-  const auto t0 = Clock::now();
-  try {
-    cpu::forward_batch(batch[0]->model_, args.data(), args.size(), batch[0]->scratch_);
-  } catch (...) {
-    for (Session* s : batch) s->shrink_pages();
-    return 0.0;
-  }
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  gen0.assign(n, 0);
-  for (size_t k = 0; k < batch.size(); ++k) {
-    Session* s = batch[k];
-    s->n_cached_ += 1;
-    s->pending_ = false;
-    s->logits_valid_ = true;
-    s->shrink_pages();  // the windowed layers' pages that every window has left
-    gen0[index[k]] = s->n_generated_ + 1;
-  }
-  return ms;
 }
 
 // Removes cached slots [n_keep, n_keep + n_discard) (all < n_cached_):

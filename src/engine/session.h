@@ -92,12 +92,12 @@ class Session {
   // Drops pages past n_cached_ and, in table 1, pages wholly before local_first_.
   void shrink_pages();
   void release_all();
-  // decode_batch's CPU pass (session.cpp): runs the pending tokens of the
-  // CPU sessions that can join as one cpu::forward_batch. Returns its time
-  // in ms (0: no pass ran) and sets gen0[i] = n_generated_ + 1 for each
-  // session i it advanced (gen0 is left empty when no pass ran).
-  static double decode_batch_cpu(Session* const* ss, size_t n, const llm_sampling* sampling,
-                                 std::vector<uint32_t>& gen0);
+  // decode_batch's CPU passes (session.cpp): run the pending tokens of the
+  // CPU sessions that can join as cpu::forward_batch passes. For each
+  // session i a pass advanced: gen0[i] = n_generated_ + 1 and pass_ms[i] =
+  // that pass's time (both left empty when no pass ran).
+  static void decode_batch_cpu(Session* const* ss, size_t n, const llm_sampling* sampling,
+                               std::vector<uint32_t>& gen0, std::vector<double>& pass_ms);
   void evict_cached(uint32_t n_keep, uint32_t n_discard);
   void ensure_logits();
 

@@ -406,6 +406,12 @@ TEST(DecodeBatchCpu, EveryBatchSizeAndKvType) {
     }
 }
 
+TEST(DecodeBatchCpu, MoreSessionsThanOnePassTakes) {
+  const auto m = random_model({DType::Q8, 32}, 2);
+  Sessions batch = start_sessions(*m, 70, {}), alone = start_sessions(*m, 70, {});
+  check_sessions(batch, alone, 3, "70 sessions");
+}
+
 TEST(DecodeBatchCpu, SlidingWindowFamiliesDropPagesAsAlone) {
   // Window 8 on some layers: past 24 tokens the windowed layers give pages
   // back during the batched steps.

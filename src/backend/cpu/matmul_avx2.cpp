@@ -387,6 +387,8 @@ constexpr int kQCols = 4;
 // the hardware prefetcher to ramp up on each of its 4 row streams, so the
 // kernel prefetches the tiles kPrefetchBytes ahead linearly as it goes.
 constexpr size_t kPrefetchBytes = 8192;
+// Up to this many x rows a matmul is batched decode (llm_decode_batch), not prefill.
+constexpr int64_t kSmallBatch = 16;
 
 template <int G, bool M, int R>
 void q_rows(const WeightView& w, const uint8_t* wr, const QuantX& x, int64_t n, float* y) {
@@ -402,15 +404,18 @@ void q_rows(const WeightView& w, const uint8_t* wr, const QuantX& x, int64_t n, 
     }
   };
   using One = std::integral_constant<int, 1>;
+  const size_t span = R * w.row_bytes;
+  const size_t ahead = std::max<size_t>(1, (kPrefetchBytes + span - 1) / span) * span;
   if (n == 1) {
-    const size_t span = R * w.row_bytes;
-    const size_t ahead = std::max<size_t>(1, (kPrefetchBytes + span - 1) / span) * span;
     tile(One{}, 0, wr + ahead);
     return;
   }
+  // Batched decode (a few x rows, one per session) still streams W from
+  // DRAM: the first tile prefetches as decode does. Only a hint.
+  const uint8_t* pf = n <= kSmallBatch ? wr + ahead : nullptr;
   int64_t c0 = 0;
-  for (; c0 + kQCols <= n; c0 += kQCols) tile(std::integral_constant<int, kQCols>{}, c0, nullptr);
-  for (; c0 < n; ++c0) tile(One{}, c0, nullptr);
+  for (; c0 + kQCols <= n; c0 += kQCols) tile(std::integral_constant<int, kQCols>{}, c0, c0 == 0 ? pf : nullptr);
+  for (; c0 < n; ++c0) tile(One{}, c0, c0 == 0 ? pf : nullptr);
 }
 
 template <int G, bool M = false>

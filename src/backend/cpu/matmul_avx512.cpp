@@ -318,6 +318,13 @@ void q_gemv_rows(const WeightView& w, const uint8_t* wr, const uint8_t* xq, floa
   q_tile<G, R, 1>(wr, w.row_bytes, nb / 4, int((nb % 4) / BPG) * BB, xq, 0, y, w.rows, wr + ahead);
 }
 
+// Batched decode (llm_decode_batch: a few x rows, one per session) is still
+// bound by reading W from DRAM, like n == 1: up to this many x rows the
+// first column tile prefetches kPrefetchBytes ahead as decode does, instead
+// of just the next tile (prefill, where W tiles take long enough to compute
+// that one tile ahead hides the latency). Only a hint: no output changes.
+constexpr int64_t kSmallBatch = 16;
+
 template <int G, int R>
 void q_rows(const WeightView& w, const uint8_t* wr, const uint8_t* xq, int64_t xs, int64_t n,
             float* y) {
@@ -332,22 +339,26 @@ void q_rows(const WeightView& w, const uint8_t* wr, const uint8_t* xq, int64_t x
   // Prefill: the first x rows' tile also prefetches the next W tile (the
   // R * row_bytes right after this one), which the later tiles of this one
   // do not need: they find W in L1.
+  const size_t span = R * w.row_bytes;
+  const uint8_t* pf =
+      wr + (n <= kSmallBatch ? std::max<size_t>(1, (kPrefetchBytes + span - 1) / span) * span : span);
   int64_t c0 = 0;
   for (; c0 + kQCols <= n; c0 += kQCols)
     q_tile<G, R, kQCols>(wr, w.row_bytes, nqf, tail_bytes, xq + c0 * xs, xs, y + c0 * w.rows,
-                         w.rows, c0 == 0 ? wr + R * w.row_bytes : nullptr);
+                         w.rows, c0 == 0 ? pf : nullptr);
+  const uint8_t* rest_pf = c0 == 0 ? pf : nullptr;
   switch (n - c0) {
     case 3:
       q_tile<G, R, 3>(wr, w.row_bytes, nqf, tail_bytes, xq + c0 * xs, xs, y + c0 * w.rows, w.rows,
-                      nullptr);
+                      rest_pf);
       break;
     case 2:
       q_tile<G, R, 2>(wr, w.row_bytes, nqf, tail_bytes, xq + c0 * xs, xs, y + c0 * w.rows, w.rows,
-                      nullptr);
+                      rest_pf);
       break;
     case 1:
       q_tile<G, R, 1>(wr, w.row_bytes, nqf, tail_bytes, xq + c0 * xs, xs, y + c0 * w.rows, w.rows,
-                      nullptr);
+                      rest_pf);
       break;
     default: break;
   }
