@@ -196,7 +196,23 @@ int64_t py_mod(int64_t a, int64_t b) {
 // ---- renderer ------------------------------------------------------------------
 class Renderer {
  public:
-  Renderer(const RenderOptions& opt) : opt_(opt) {}
+  Renderer(const RenderOptions& opt) : opt_(opt), saved_arena_(current_arena()) { current_arena() = &arena_; }
+  ~Renderer() {
+    current_arena() = saved_arena_;
+    // Empty every container first: what they hold drops while every other
+    // container is still alive, so nothing is freed recursively and cycles
+    // are broken.
+    for (auto& l : arena_.lists) {
+      List tmp;
+      tmp.swap(*l);
+    }
+    for (auto& d : arena_.dicts) {
+      std::vector<std::pair<Value, Value>> tmp;
+      tmp.swap(d->items);
+    }
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   [[noreturn]] void fail(Pos p, const std::string& msg, llm_status status = LLM_ERR_INVALID_ARGUMENT) {
     throw Error(status, "chat template: line " + std::to_string(p.line) + ", column " + std::to_string(p.col) +
@@ -266,6 +282,14 @@ class Renderer {
 
   Flow exec(const Stmt& s, std::string& out) {
     step(s.pos);
+    try {
+      return exec_stmt(s, out);
+    } catch (const ValueError& ve) {
+      fail(s.pos, ve.message);
+    }
+  }
+
+  Flow exec_stmt(const Stmt& s, std::string& out) {
     switch (s.kind) {
       case Stmt::Text: emit(out, s.text, s.pos); return Flow::Normal;
       case Stmt::Output: {
@@ -690,7 +714,10 @@ class Renderer {
     const int64_t start = norm(parts[0], given[0], stepv < 0 ? n - 1 : 0);
     const int64_t stop = norm(parts[1], given[1], stepv < 0 ? -1 : n);
     std::vector<int64_t> idx;
-    for (int64_t i = start; stepv > 0 ? i < stop : i > stop; i += stepv) idx.push_back(i);
+    for (int64_t i = start; stepv > 0 ? i < stop : i > stop;) {
+      idx.push_back(i);
+      if (__builtin_add_overflow(i, stepv, &i)) break;
+    }
     step(e.pos, idx.size());
     if (obj.is_list()) {
       List out;
@@ -881,7 +908,8 @@ class Renderer {
       const Value& v = items[next++];
       if (c == 's') out += to_str(v);
       else if (c == 'r') out += repr(v);
-      else if ((c == 'd' || c == 'i') && v.is_number()) out += std::to_string(is_int(v) ? int_of(v) : int64_t(v.f));
+      else if ((c == 'd' || c == 'i') && is_int(v)) out += std::to_string(int_of(v));
+      else if ((c == 'd' || c == 'i') && v.is_number() && std::fabs(v.f) < 9.2e18) out += std::to_string(int64_t(v.f));
       else if (c == 'f' && v.is_number()) {
         char b[64];
         std::snprintf(b, sizeof b, "%f", as_double(v));
@@ -1367,6 +1395,8 @@ class Renderer {
   }
 
   const RenderOptions& opt_;
+  Arena arena_;
+  Arena* saved_arena_;
   uint64_t steps_ = 0;
   int depth_ = 0;
   Frame* globals_ = nullptr;

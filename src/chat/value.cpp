@@ -9,6 +9,15 @@
 
 namespace llm::chat::detail {
 
+Arena*& current_arena() {
+  static thread_local Arena* arena = nullptr;
+  return arena;
+}
+
+static void check_depth(int depth) {
+  if (depth > kMaxValueNesting) throw ValueError{"value nested too deeply (or contains itself)"};
+}
+
 const char* type_name(const Value& v) {
   switch (v.type) {
     case Type::Undefined: return "Undefined";
@@ -102,14 +111,15 @@ static std::string str_repr(const std::string& s) {
   return out;
 }
 
-std::string repr(const Value& v) {
+std::string repr(const Value& v, int depth) {
+  check_depth(depth);
   switch (v.type) {
     case Type::String: return str_repr(v.str());
     case Type::List: {
       std::string out = v.is_tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += ", ";
-        out += repr((*v.list)[k]);
+        out += repr((*v.list)[k], depth + 1);
       }
       if (v.is_tuple && v.list->size() == 1) out += ",";
       out += v.is_tuple ? ")" : "]";
@@ -121,7 +131,7 @@ std::string repr(const Value& v) {
       for (const auto& kv : v.dict->items) {
         if (!first) out += ", ";
         first = false;
-        out += repr(kv.first) + ": " + repr(kv.second);
+        out += repr(kv.first, depth + 1) + ": " + repr(kv.second, depth + 1);
       }
       return out + "}";
     }
@@ -176,7 +186,7 @@ static void json_newline(int indent, int level, std::string& out) {
 }
 
 void to_json(const Value& v, int indent, std::string& out, int level) {
-  if (level > 512) throw ValueError{"tojson: nesting too deep"};
+  check_depth(level);
   switch (v.type) {
     case Type::None: out += "null"; return;
     case Type::Bool: out += v.b ? "true" : "false"; return;
@@ -240,7 +250,10 @@ double as_double(const Value& v) {
 
 static int64_t as_int(const Value& v) { return v.type == Type::Bool ? int64_t(v.b) : v.i; }
 
-bool equals(const Value& a, const Value& b) {
+bool equals(const Value& a, const Value& b) { return equals(a, b, 0); }
+
+bool equals(const Value& a, const Value& b, int depth) {
+  check_depth(depth);
   if (a.is_number() && b.is_number()) {
     if (a.type != Type::Float && b.type != Type::Float) return as_int(a) == as_int(b);
     return as_double(a) == as_double(b);
@@ -253,14 +266,14 @@ bool equals(const Value& a, const Value& b) {
     case Type::List: {
       if (a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k)
-        if (!equals((*a.list)[k], (*b.list)[k])) return false;
+        if (!equals((*a.list)[k], (*b.list)[k], depth + 1)) return false;
       return true;
     }
     case Type::Dict: {
       if (a.dict->items.size() != b.dict->items.size()) return false;
       for (const auto& kv : a.dict->items) {
         const Value* o = b.dict->find(kv.first);
-        if (!o || !equals(kv.second, *o)) return false;
+        if (!o || !equals(kv.second, *o, depth + 1)) return false;
       }
       return true;
     }
@@ -270,7 +283,8 @@ bool equals(const Value& a, const Value& b) {
   }
 }
 
-int compare(const Value& a, const Value& b) {
+int compare(const Value& a, const Value& b, int depth) {
+  check_depth(depth);
   if (a.is_number() && b.is_number()) {
     if (a.type != Type::Float && b.type != Type::Float) {
       const int64_t x = as_int(a), y = as_int(b);
@@ -286,8 +300,8 @@ int compare(const Value& a, const Value& b) {
   if (a.is_list() && b.is_list()) {
     const size_t n = std::min(a.list->size(), b.list->size());
     for (size_t k = 0; k < n; ++k) {
-      if (equals((*a.list)[k], (*b.list)[k])) continue;
-      return compare((*a.list)[k], (*b.list)[k]);
+      if (equals((*a.list)[k], (*b.list)[k], depth + 1)) continue;
+      return compare((*a.list)[k], (*b.list)[k], depth + 1);
     }
     return a.list->size() < b.list->size() ? -1 : a.list->size() > b.list->size() ? 1 : 0;
   }

@@ -85,13 +85,7 @@ struct Value {
     v.sp = std::make_shared<const std::string>(std::move(x));
     return v;
   }
-  static Value make_list(List items = {}, bool tuple = false) {
-    Value v;
-    v.type = Type::List;
-    v.is_tuple = tuple;
-    v.list = std::make_shared<List>(std::move(items));
-    return v;
-  }
+  static Value make_list(List items = {}, bool tuple = false);
   static Value make_dict();
   static Value make_namespace();
   static Value function(std::string name, std::function<Value(Renderer&, CallArgs&, const Pos&)> f) {
@@ -148,16 +142,35 @@ struct Dict {
   void set(std::string key, Value v) { set(Value::string(std::move(key)), std::move(v)); }
 };
 
+// Every list and dict made while a render runs is also held here, so that the
+// render can empty them all when it ends: that frees cycles a template made
+// (a list appended to itself) and frees deep nesting without recursing.
+struct Arena {
+  std::vector<std::shared_ptr<List>> lists;
+  std::vector<std::shared_ptr<Dict>> dicts;
+};
+Arena*& current_arena();  // per thread; null outside a render
+
+inline Value Value::make_list(List items, bool tuple) {
+  Value v;
+  v.type = Type::List;
+  v.is_tuple = tuple;
+  v.list = std::make_shared<List>(std::move(items));
+  if (Arena* a = current_arena()) a->lists.push_back(v.list);
+  return v;
+}
 inline Value Value::make_dict() {
   Value v;
   v.type = Type::Dict;
   v.dict = std::make_shared<Dict>();
+  if (Arena* a = current_arena()) a->dicts.push_back(v.dict);
   return v;
 }
 inline Value Value::make_namespace() {
   Value v;
   v.type = Type::Namespace;
   v.dict = std::make_shared<Dict>();
+  if (Arena* a = current_arena()) a->dicts.push_back(v.dict);
   return v;
 }
 
@@ -165,13 +178,16 @@ inline Value Value::make_namespace() {
 const char* type_name(const Value& v);  // Python's name: 'str', 'int', 'NoneType', ...
 bool truthy(const Value& v);
 std::string to_str(const Value& v);      // str(v); undefined -> ""
-std::string repr(const Value& v);        // repr(v)
+// Containers nest at most kMaxNesting deep for repr/json/equality/ordering;
+// deeper (or cyclic) values are a ValueError, not a stack overflow.
+constexpr int kMaxValueNesting = 200;
+std::string repr(const Value& v, int depth = 0);  // repr(v)
 std::string float_repr(double d);        // repr(float)
 // json.dumps(v, ensure_ascii=False, indent=indent or None); indent < 0 means None.
 void to_json(const Value& v, int indent, std::string& out, int level = 0);
-bool equals(const Value& a, const Value& b);
+bool equals(const Value& a, const Value& b, int depth);
 // Python's a < b (-1), a == b (0), a > b (1) for numbers, strings, lists; ValueError otherwise.
-int compare(const Value& a, const Value& b);
+int compare(const Value& a, const Value& b, int depth = 0);
 double as_double(const Value& v);  // number -> double (bool/int/float)
 
 // ---- UTF-8 (Python strings index code points) -----------------------------

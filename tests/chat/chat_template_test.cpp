@@ -597,6 +597,15 @@ TEST(ChatTemplates, BoundsStopRunawayTemplates) {
   expect_bound("{% set x %}{% for i in range(2000) %}{{ 'y' * 1000 }}{% endfor %}{% endset %}", "max_output_bytes");
   expect_bound("{{ range(100000000000) | length }}", "too long");
   expect_bound("{{ [1] * 100000000 }}", "too long");
+  // Values that contain themselves or nest deeply: an error, not a stack overflow; freed at the end.
+  EXPECT_NE(error_of("{% set x = [] %}{% set _ = x.append(x) %}{{ x }}").find("nested too deeply"), std::string::npos);
+  EXPECT_NE(error_of("{% set d = {} %}{% set _ = d.update({'d': d}) %}{{ d | tojson }}").find("nested too deeply"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% set x = [] %}{% set _ = x.append(x) %}{{ x == x }}").find("nested too deeply"),
+            std::string::npos);
+  EXPECT_EQ(render("{% set ns = namespace(l=[]) %}{% for i in range(200000) %}{% set ns.l = [ns.l] %}{% endfor %}ok"),
+            "ok");
+  EXPECT_EQ(render("{{ 'abc'[1::9223372036854775807] }}{{ 'abc'[::-9223372036854775807] }}"), "bc");
   // Deep nesting is refused when compiling, before it can exhaust the stack.
   const std::string deep = "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
   EXPECT_NE(error_of(deep).find("nested too deeply"), std::string::npos);
