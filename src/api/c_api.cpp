@@ -380,7 +380,7 @@ extern "C" LLM_API llm_status llm_decode_step(llm_session* session, const llm_sa
   LLM_CHECK_ARG(out_token != nullptr);
   LLM_CHECK(!sampling || sampling->struct_size >= sizeof(uint32_t), LLM_ERR_INVALID_ARGUMENT,
             "sampling->struct_size is 0: initialise it with llm_sampling_init");
-  *out_token = s.decode_step(sampling);
+  *out_token = s.decode_step(sampling, llm::api::constraint_of(sampling, session->model));
   return LLM_OK;
   LLM_API_END
 }
@@ -402,7 +402,8 @@ extern "C" LLM_API llm_status llm_decode_batch(llm_session* const* sessions, siz
     for (size_t j = 0; j < i; ++j)
       LLM_CHECK(sessions[j] != sessions[i], LLM_ERR_INVALID_ARGUMENT, "session %zu appears twice", i);
   }
-  llm::Session::decode_batch(ss.data(), n, sampling, out_tokens);
+  llm::Session::decode_batch(ss.data(), n, sampling, out_tokens,
+                             llm::api::constraint_of(sampling, sessions[0]->model));
   return LLM_OK;
   LLM_API_END
 }

@@ -15,9 +15,20 @@
 #include "llm.h"
 #include "model/model.h"
 
+// What the chat and grammar calls build once per model handle (c_api_chat.cpp).
+struct llm_model_extras;
+namespace llm::api {
+llm_model_extras* new_model_extras();
+void free_model_extras(llm_model_extras* x);
+struct ExtrasDeleter {
+  void operator()(llm_model_extras* x) const { free_model_extras(x); }
+};
+}  // namespace llm::api
+
 struct llm_model {
   uint64_t magic;
   std::shared_ptr<llm::Model> impl;
+  std::unique_ptr<llm_model_extras, llm::api::ExtrasDeleter> extras{llm::api::new_model_extras()};
 };
 
 struct llm_session {
@@ -36,6 +47,9 @@ void unregister_handle(const void* h);
 bool is_live(const void* h);
 
 llm::Model& model_of(const llm_model* m);     // throws INVALID_ARGUMENT
+// The session-side view of sampling->grammar (NULL when none); throws
+// INVALID_ARGUMENT for a dead handle or a grammar of another model.
+const TokenConstraint* constraint_of(const llm_sampling* sampling, const std::shared_ptr<llm::Model>& model);
 llm::Session& session_of(const llm_session* s);
 
 // Copies s into a caller's buffer: *length = s.size(); with nul, a NUL

@@ -1,12 +1,22 @@
 // llm-run: generate text from a model with the public API, streaming it to
 // stdout; timing figures go to stderr at the end.
 //
-//   llm-run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
-//           [--repeat-penalty R] [--seed S] [--threads N] [--device auto|cpu|cuda]
-//           [--kv f16|f32|int8|int4] [--window W --sink S] [--exact] [--ignore-eos]
+//   llm-run -m MODEL -p PROMPT [-n N] [sampling] [--stop S]... [--grammar-file F | --json-schema F]
+//   llm-run -m MODEL --chat [--system TEXT] [--chat-template-file T] [-n N] [sampling] ...
+//   llm-run (-m MODEL | --chat-template-file T) --render-chat MESSAGES.json
+//
+// --chat reads one user message per line from stdin and answers it through
+// the model's chat template (or T); the conversation stays in the session
+// and only what the template adds each turn is prefilled. --render-chat
+// prints the prompt an OpenAI-style messages array renders to (generation
+// prompt added) and exits.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,7 +26,10 @@ static void usage() {
   std::fprintf(stderr,
                "usage: llm-run -m MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
                "               [--repeat-penalty R] [--seed S] [--threads N] [--device auto|cpu|cuda]\n"
-               "               [--kv f16|f32|int8|int4] [--window W] [--sink S] [--exact] [--ignore-eos]\n");
+               "               [--kv f16|f32|int8|int4] [--window W] [--sink S] [--exact] [--ignore-eos]\n"
+               "               [--stop TEXT]... [--grammar-file F.gbnf | --json-schema F.json]\n"
+               "               [--chat [--system TEXT]] [--chat-template-file T]\n"
+               "       llm-run (-m MODEL | --chat-template-file T) --render-chat MESSAGES.json\n");
 }
 
 static int die(llm_status st, const char* what) {
@@ -24,10 +37,98 @@ static int die(llm_status st, const char* what) {
   return 1;
 }
 
+static bool read_file(const std::string& path, std::string& out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+struct Message {
+  std::string role, content;
+};
+
+// Renders msgs through the model's template, or through tpl when non-empty.
+static llm_status render(const llm_model* model, const std::string& tpl, const std::vector<Message>& msgs,
+                         bool add_generation_prompt, std::string& out) {
+  std::vector<llm_chat_message> cm;
+  for (const Message& m : msgs) cm.push_back({m.role.c_str(), m.content.c_str()});
+  llm_chat_params cp;
+  llm_chat_params_init(&cp);
+  cp.template_source = tpl.empty() ? nullptr : tpl.c_str();
+  cp.add_generation_prompt = add_generation_prompt ? 1 : 0;
+  size_t len = 0;
+  llm_status st = llm_chat_render(model, cm.data(), cm.size(), &cp, nullptr, 0, &len);
+  if (st != LLM_ERR_BUFFER_TOO_SMALL) return st;
+  std::vector<char> buf(len + 1);
+  st = llm_chat_render(model, cm.data(), cm.size(), &cp, buf.data(), buf.size(), &len);
+  if (st == LLM_OK) out.assign(buf.data(), len);
+  return st;
+}
+
+static llm_status tokenize(const llm_model* model, const std::string& text, uint32_t flags,
+                           std::vector<llm_token>& out) {
+  size_t n = 0;
+  llm_status st = llm_tokenize(model, text.data(), text.size(), flags, nullptr, 0, &n);
+  if (st != LLM_OK && st != LLM_ERR_BUFFER_TOO_SMALL) return st;
+  out.resize(n);
+  return llm_tokenize(model, text.data(), text.size(), flags, out.data(), out.size(), &n);
+}
+
+// Generates up to n_predict tokens, streaming the text through a text stream
+// (stops, EOG). Appends the tokens to `held` and the text to `text`.
+static llm_status generate(llm_model* model, llm_session* session, const llm_sampling& samp,
+                           const std::vector<std::string>& stops, int n_predict, bool ignore_eos,
+                           std::vector<llm_token>& held, std::string& text) {
+  std::vector<const char*> cs;
+  for (const std::string& s : stops) cs.push_back(s.c_str());
+  llm_text_stream* ts = nullptr;
+  llm_status st = llm_text_stream_create(model, cs.data(), cs.size(), &ts);
+  if (st != LLM_OK) return st;
+  std::vector<char> buf(1 << 16);
+  int32_t stopped = 0;
+  for (int i = 0; i < n_predict && !stopped; ++i) {
+    llm_token t;
+    st = llm_decode_step(session, &samp, &t);
+    if (st != LLM_OK) break;
+    held.push_back(t);
+    if (ignore_eos && llm_token_is_eog(model, t)) continue;
+    size_t len = 0;
+    st = llm_text_stream_push(ts, t, buf.data(), buf.size(), &len, &stopped);
+    if (st != LLM_OK) break;
+    std::fwrite(buf.data(), 1, len, stdout);
+    std::fflush(stdout);
+    text.append(buf.data(), len);
+  }
+  size_t len = 0;
+  if (!stopped && llm_text_stream_flush(ts, buf.data(), buf.size(), &len) == LLM_OK) {
+    std::fwrite(buf.data(), 1, len, stdout);
+    text.append(buf.data(), len);
+  }
+  llm_text_stream_free(ts);
+  return st;
+}
+
+// Makes the session hold exactly `want`: keeps the common prefix with
+// `held`, drops the rest (llm_kv_evict) and prefills what is new.
+static llm_status sync_session(llm_session* session, std::vector<llm_token>& held, const std::vector<llm_token>& want) {
+  size_t common = 0;
+  while (common < held.size() && common < want.size() && held[common] == want[common]) ++common;
+  if (common == want.size() && common > 0) --common;  // re-run the last token for fresh logits
+  llm_status st = LLM_OK;
+  if (common < held.size()) st = llm_kv_evict(session, uint32_t(common), uint32_t(held.size() - common));
+  if (st == LLM_OK) st = llm_prefill(session, want.data() + common, want.size() - common);
+  if (st == LLM_OK) held = want;
+  return st;
+}
+
 int main(int argc, char** argv) {
-  std::string model_path, prompt;
+  std::string model_path, prompt, system_prompt, template_file, render_file, grammar_file, schema_file;
+  std::vector<std::string> stops;
   int n_predict = 128;
-  bool ignore_eos = false;
+  bool ignore_eos = false, chat = false;
   llm_load_params lp;
   llm_load_params_init(&lp);
   llm_session_params sp;
@@ -57,6 +158,13 @@ int main(int argc, char** argv) {
     else if (a == "--sink") sp.n_sink = uint32_t(std::atoi(next()));
     else if (a == "--exact") lp.flags |= LLM_LOAD_REFERENCE_MATH;
     else if (a == "--ignore-eos") ignore_eos = true;
+    else if (a == "--stop") stops.push_back(next());
+    else if (a == "--grammar-file") grammar_file = next();
+    else if (a == "--json-schema") schema_file = next();
+    else if (a == "--chat") chat = true;
+    else if (a == "--system") system_prompt = next();
+    else if (a == "--chat-template-file") template_file = next();
+    else if (a == "--render-chat") render_file = next();
     else if (a == "--device") {
       const std::string d = next();
       lp.device = d == "cpu" ? LLM_DEVICE_CPU : d == "cuda" ? LLM_DEVICE_CUDA : LLM_DEVICE_AUTO;
@@ -72,58 +180,114 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (model_path.empty()) {
+  std::string tpl;
+  if (!template_file.empty() && !read_file(template_file, tpl)) {
+    std::fprintf(stderr, "llm-run: cannot read '%s'\n", template_file.c_str());
+    return 1;
+  }
+  if (model_path.empty() && !(render_file.size() && tpl.size())) {
     usage();
+    return 2;
+  }
+  if (!grammar_file.empty() && !schema_file.empty()) {
+    std::fprintf(stderr, "llm-run: --grammar-file and --json-schema exclude each other\n");
     return 2;
   }
 
   llm_model* model = nullptr;
-  llm_status st = llm_load(model_path.c_str(), &lp, &model);
-  if (st != LLM_OK) return die(st, "load");
+  llm_status st;
+  if (!model_path.empty()) {
+    st = llm_load(model_path.c_str(), &lp, &model);
+    if (st != LLM_OK) return die(st, "load");
+  }
+
+  if (!render_file.empty()) {  // --render-chat: print the prompt and exit
+    std::string text;
+    std::vector<Message> msgs;
+    try {
+      if (!read_file(render_file, text)) throw std::runtime_error("cannot read '" + render_file + "'");
+      const nlohmann::json j = nlohmann::json::parse(text);
+      if (!j.is_array()) throw std::runtime_error("the messages file must hold a JSON array");
+      for (const auto& m : j) msgs.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "llm-run: %s: %s\n", render_file.c_str(), e.what());
+      llm_model_free(model);
+      return 1;
+    }
+    std::string out;
+    st = render(model, tpl, msgs, true, out);
+    llm_model_free(model);
+    if (st != LLM_OK) return die(st, "render-chat");
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  }
+
+  llm_grammar* grammar = nullptr;
+  if (!grammar_file.empty() || !schema_file.empty()) {
+    std::string text;
+    const std::string& f = grammar_file.empty() ? schema_file : grammar_file;
+    if (!read_file(f, text)) {
+      std::fprintf(stderr, "llm-run: cannot read '%s'\n", f.c_str());
+      llm_model_free(model);
+      return 1;
+    }
+    st = grammar_file.empty() ? llm_grammar_from_json_schema(model, text.c_str(), &grammar)
+                              : llm_grammar_create(model, text.c_str(), nullptr, &grammar);
+    if (st != LLM_OK) {
+      llm_model_free(model);
+      return die(st, f.c_str());
+    }
+    samp.grammar = grammar;
+  }
+
   llm_session* session = nullptr;
   st = llm_session_create(model, &sp, &session);
   if (st != LLM_OK) {
+    llm_grammar_free(grammar);
     llm_model_free(model);
     return die(st, "session");
   }
 
-  size_t n_tok = 0;
-  llm_tokenize(model, prompt.data(), prompt.size(), LLM_TOKENIZE_ADD_BOS, nullptr, 0, &n_tok);
-  std::vector<llm_token> toks(n_tok);
-  st = llm_tokenize(model, prompt.data(), prompt.size(), LLM_TOKENIZE_ADD_BOS, toks.data(), toks.size(), &n_tok);
-  if (st == LLM_OK) st = llm_prefill(session, toks.data(), toks.size());
-  if (st != LLM_OK) {
-    llm_session_free(session);
-    llm_model_free(model);
-    return die(st, "prefill");
-  }
-  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-  std::fflush(stdout);
-
-  llm_detok_state ds;
-  llm_detok_init(&ds, toks.empty() ? -1 : toks.back());
-  llm_model_properties info;
-  info.struct_size = sizeof info;
-  llm_model_info(model, &info);
-  char buf[512];
-  for (int i = 0; i < n_predict; ++i) {
-    llm_token t;
-    st = llm_decode_step(session, &samp, &t);
+  int rc = 0;
+  std::vector<llm_token> held;
+  if (chat) {
+    std::vector<Message> msgs;
+    if (!system_prompt.empty()) msgs.push_back({"system", system_prompt});
+    std::string line;
+    std::fprintf(stderr, "> ");
+    while (std::getline(std::cin, line)) {
+      msgs.push_back({"user", line});
+      std::string text;
+      std::vector<llm_token> want;
+      st = render(model, tpl, msgs, true, text);
+      if (st == LLM_OK) st = tokenize(model, text, LLM_TOKENIZE_PARSE_SPECIAL, want);
+      if (st == LLM_OK) st = sync_session(session, held, want);
+      std::string answer;
+      if (st == LLM_OK) st = generate(model, session, samp, stops, n_predict, false, held, answer);
+      if (st != LLM_OK) {
+        rc = die(st, "chat");
+        break;
+      }
+      msgs.push_back({"assistant", answer});
+      std::fprintf(stdout, "\n");
+      std::fprintf(stderr, "> ");
+    }
+  } else {
+    std::vector<llm_token> toks;
+    st = tokenize(model, prompt, LLM_TOKENIZE_ADD_BOS, toks);
+    if (st == LLM_OK) st = llm_prefill(session, toks.data(), toks.size());
     if (st != LLM_OK) {
-      std::fprintf(stderr, "\n");
-      die(st, "decode");
-      break;
-    }
-    if (!ignore_eos && (llm_token_is_eog(model, t) || t == info.bos)) break;
-    size_t len = 0;
-    if (llm_detok_push(model, &ds, t, buf, sizeof buf, &len) == LLM_OK) {
-      std::fwrite(buf, 1, len, stdout);
+      rc = die(st, "prefill");
+    } else {
+      held = toks;
+      std::fwrite(prompt.data(), 1, prompt.size(), stdout);
       std::fflush(stdout);
+      std::string text;
+      st = generate(model, session, samp, stops, n_predict, ignore_eos, held, text);
+      if (st != LLM_OK) rc = die(st, "decode");
+      std::printf("\n");
     }
   }
-  size_t len = 0;
-  if (llm_detok_flush(&ds, buf, sizeof buf, &len) == LLM_OK) std::fwrite(buf, 1, len, stdout);
-  std::printf("\n");
 
   llm_session_stats_t stats;
   stats.struct_size = sizeof stats;
@@ -134,6 +298,7 @@ int main(int argc, char** argv) {
                stats.n_prompt, stats.n_generated, stats.ttft_ms, stats.itl_median_ms, stats.itl_p95_ms,
                stats.prompt_tokens_per_s, stats.gen_tokens_per_s);
   llm_session_free(session);
+  llm_grammar_free(grammar);
   llm_model_free(model);
-  return 0;
+  return rc;
 }

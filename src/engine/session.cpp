@@ -72,6 +72,7 @@ void Session::reset() {
   last_prefill_ms_ = ttft_ms_ = prompt_ms_total_ = gen_ms_total_ = 0;
   itl_ms_.clear();
   rng_seeded_ = false;
+  constraint_.reset();
 }
 
 // ---------------------------------------------------------------- pages
@@ -265,6 +266,7 @@ void Session::prefill(const int32_t* toks, size_t n) {
   forward(batch.data(), batch.size(), true, n);
   pending_ = false;
   sampled_since_prefill_ = false;
+  constraint_.reset();  // a grammar constrains what is generated after the last prompt
   n_prompt_ += uint32_t(n);
   last_prefill_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   prompt_ms_total_ += last_prefill_ms_;
@@ -300,7 +302,40 @@ const float* Session::logits() {
   return logits_.data();
 }
 
-int32_t Session::decode_step(const llm_sampling* user) {
+int32_t Session::sample_next(const llm_sampling& s, const TokenConstraint* proto) {
+  const int32_t n_vocab = model_.config().vocab_size;
+  if (!proto) {
+    constraint_.reset();
+    return sampler_.sample(logits_.data(), n_vocab, s, tokens_.data(), tokens_.size(), rng_);
+  }
+  // Build the new state aside: the session changes only once sampling succeeded.
+  std::unique_ptr<TokenConstraint> fresh;
+  if (!constraint_ || constraint_->key() != proto->key()) fresh = proto->clone();
+  TokenConstraint& c = fresh ? *fresh : *constraint_;
+  const bool plain_greedy = !(s.temperature > 0.f) && (s.repeat_penalty <= 0.f || s.repeat_penalty == 1.f);
+  int32_t tok = -1;
+  if (plain_greedy) {
+    // The argmax of the unmasked logits is the masked argmax when the
+    // grammar allows it: one token check instead of a whole mask.
+    tok = sampler_.sample(logits_.data(), n_vocab, s, tokens_.data(), tokens_.size(), rng_);
+    if (!c.allows(tok)) tok = -1;
+  }
+  if (tok < 0) {
+    masked_.assign(logits_.begin(), logits_.begin() + n_vocab);
+    c.apply(masked_.data(), n_vocab);
+    bool any = false;
+    for (int32_t i = 0; i < n_vocab && !any; ++i) any = masked_[size_t(i)] != -INFINITY;
+    LLM_CHECK(any, LLM_ERR_INVALID_ARGUMENT,
+              "the grammar allows no token of the vocabulary at this point (generated so far: %u tokens)",
+              n_generated_);
+    tok = sampler_.sample(masked_.data(), n_vocab, s, tokens_.data(), tokens_.size(), rng_);
+  }
+  c.accept(tok);
+  if (fresh) constraint_ = std::move(fresh);
+  return tok;
+}
+
+int32_t Session::decode_step(const llm_sampling* user, const TokenConstraint* constraint) {
   const auto t0 = Clock::now();
   const llm_sampling s = sampling_from_user(user);
   // Allocate before anything changes: the bookkeeping after sampling cannot fail.
@@ -312,8 +347,7 @@ int32_t Session::decode_step(const llm_sampling* user) {
     rng_seed_ = s.seed;
     rng_seeded_ = true;
   }
-  const size_t n_recent = tokens_.size();
-  const int32_t tok = sampler_.sample(logits_.data(), model_.config().vocab_size, s, tokens_.data(), n_recent, rng_);
+  const int32_t tok = sample_next(s, constraint);
   tokens_.push_back(tok);
   pending_ = true;
   logits_valid_ = false;
@@ -329,7 +363,8 @@ int32_t Session::decode_step(const llm_sampling* user) {
   return tok;
 }
 
-void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* sampling, int32_t* out) {
+void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* sampling, int32_t* out,
+                           const TokenConstraint* constraint) {
   if (n == 0) return;
   cuda::Backend* gpu = ss[0]->model_.cuda();
   if (gpu && n > 1) {
@@ -380,7 +415,7 @@ void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* sam
         }
     }
   } pass_time{ss, gen0, pass_ms};
-  for (size_t i = 0; i < n; ++i) out[i] = ss[i]->decode_step(sampling);
+  for (size_t i = 0; i < n; ++i) out[i] = ss[i]->decode_step(sampling, constraint);
 }
 
 // Batched decode on the CPU. The sessions taken are a prefix of ss in the
@@ -591,6 +626,7 @@ std::unique_ptr<Session> Session::fork() const {
   f->rng_ = rng_;
   f->rng_seed_ = rng_seed_;
   f->rng_seeded_ = rng_seeded_;
+  if (constraint_) f->constraint_ = constraint_->clone();
   return f;
 }
 

@@ -18,6 +18,7 @@
 #include "kv/kv_cache.h"
 #include "llm.h"
 #include "model/model.h"
+#include "sampling/constraint.h"
 #include "sampling/sampler.h"
 
 namespace llm {
@@ -40,10 +41,14 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   void prefill(const int32_t* tokens, size_t n);
-  int32_t decode_step(const llm_sampling* sampling);
+  // constraint (may be null): a prototype in its start state (see
+  // sampling/constraint.h); the session keeps its own state of it until
+  // prefill(), reset() or a constraint with another key.
+  int32_t decode_step(const llm_sampling* sampling, const TokenConstraint* constraint = nullptr);
   // decode_step on each of n distinct sessions of one model; sessions on the
   // same CUDA backend run their pending tokens in one batched pass.
-  static void decode_batch(Session* const* sessions, size_t n, const llm_sampling* sampling, int32_t* out);
+  static void decode_batch(Session* const* sessions, size_t n, const llm_sampling* sampling, int32_t* out,
+                           const TokenConstraint* constraint = nullptr);
   const float* logits();
   void evict(uint32_t n_keep, uint32_t n_discard);
   void reset();
@@ -100,6 +105,8 @@ class Session {
                                std::vector<uint32_t>& gen0, std::vector<double>& pass_ms);
   void evict_cached(uint32_t n_keep, uint32_t n_discard);
   void ensure_logits();
+  // Samples from logits_ under the constraint (if any) and advances it.
+  int32_t sample_next(const llm_sampling& s, const TokenConstraint* constraint);
 
   // On a CUDA model (and a kv_type the device holds) the cache lives on the
   // device: seq_ replaces pages_, and n_cached_ == seq_->length().
@@ -126,6 +133,8 @@ class Session {
   Rng rng_;
   uint64_t rng_seed_ = 0;
   bool rng_seeded_ = false;
+  std::unique_ptr<TokenConstraint> constraint_;  // this session's grammar state
+  std::vector<float> masked_;                    // logits_ with the grammar's mask applied
 
   // metrics
   using Clock = std::chrono::steady_clock;

@@ -43,6 +43,13 @@ static const any_fn kExports[] = {
   (any_fn)llm_text_stream_flush,
   (any_fn)llm_text_stream_reset,
   (any_fn)llm_text_stream_free,
+  (any_fn)llm_chat_params_init,
+  (any_fn)llm_chat_render,
+  (any_fn)llm_model_chat_template,
+  (any_fn)llm_grammar_create,
+  (any_fn)llm_grammar_from_json_schema,
+  (any_fn)llm_json_schema_to_gbnf,
+  (any_fn)llm_grammar_free,
 };
 
 int main(void) {
