@@ -1484,15 +1484,26 @@ Value Renderer::apply_named_filter(const std::string& name, Value in, CallArgs& 
     return in;
   }
   if (name == "tojson") {
-    const Value* ind = arg(a, 0, "indent");
-    int indent = -1;
+    // transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+    JsonStyle st;
+    const Value* ind = arg(a, 1, "indent");
     if (ind && !ind->is_none()) {
       if (!is_int(*ind)) fail(p, "unsupported: tojson indent other than an integer", LLM_ERR_UNSUPPORTED);
-      indent = int(std::clamp<int64_t>(int_of(*ind), 0, 64));
+      st.indent = int(std::clamp<int64_t>(int_of(*ind), 0, 64));
+    }
+    st.ensure_ascii = flag(0, "ensure_ascii", false);
+    st.sort_keys = flag(3, "sort_keys", false);
+    if (const Value* sep = arg(a, 2, "separators"); sep && !sep->is_none()) {
+      if (!sep->is_list() || sep->list->size() != 2 || !(*sep->list)[0].is_string() || !(*sep->list)[1].is_string())
+        fail(p, "tojson separators must be a pair of strings");
+      st.item_sep = (*sep->list)[0].str();
+      st.key_sep = (*sep->list)[1].str();
+      if (st.item_sep.empty() || st.key_sep.empty())
+        fail(p, "unsupported: empty tojson separators", LLM_ERR_UNSUPPORTED);
     }
     std::string out;
     try {
-      to_json(in, indent, out);
+      to_json(in, st, out);
     } catch (const ValueError& ve) {
       if (in.is_undefined()) undefined_error(in, p);
       fail(p, ve.message);

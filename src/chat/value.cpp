@@ -1,5 +1,6 @@
 // Python semantics of chat-template values: str(), repr(), json.dumps,
 // equality, ordering, truth.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -156,9 +157,10 @@ std::string to_str(const Value& v) {
   return "";
 }
 
-static void json_string(const std::string& s, std::string& out) {
+static void json_string(const std::string& s, std::string& out, bool ensure_ascii) {
   out += '"';
-  for (unsigned char c : s) {
+  for (size_t k = 0; k < s.size(); ++k) {
+    const unsigned char c = static_cast<unsigned char>(s[k]);
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -168,9 +170,24 @@ static void json_string(const std::string& s, std::string& out) {
       case '\b': out += "\\b"; break;
       case '\f': out += "\\f"; break;
       default:
-        if (c < 0x20 || c == 0x7f) {
+        if (c < 0x20 || (ensure_ascii && c == 0x7f)) {
           char b[8];
           std::snprintf(b, sizeof b, "\\u%04x", c);
+          out += b;
+        } else if (c >= 0x80 && ensure_ascii) {
+          // Decode one UTF-8 sequence; astral code points become a surrogate pair.
+          int len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+          if (k + size_t(len) > s.size()) len = 1;
+          uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+          for (int j = 1; j < len; ++j) cp = (cp << 6) | (static_cast<unsigned char>(s[k + size_t(j)]) & 0x3F);
+          k += size_t(len) - 1;
+          char b[16];
+          if (cp >= 0x10000) {
+            cp -= 0x10000;
+            std::snprintf(b, sizeof b, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+          } else {
+            std::snprintf(b, sizeof b, "\\u%04x", cp);
+          }
           out += b;
         } else {
           out += char(c);
@@ -185,8 +202,10 @@ static void json_newline(int indent, int level, std::string& out) {
   out.append(size_t(indent) * size_t(level), ' ');
 }
 
-void to_json(const Value& v, int indent, std::string& out, int level) {
+void to_json(const Value& v, const JsonStyle& st, std::string& out, int level) {
   check_depth(level);
+  const std::string& item_sep = !st.item_sep.empty() ? st.item_sep : st.indent >= 0 ? std::string(",") : std::string(", ");
+  const std::string& key_sep = !st.key_sep.empty() ? st.key_sep : std::string(": ");
   switch (v.type) {
     case Type::None: out += "null"; return;
     case Type::Bool: out += v.b ? "true" : "false"; return;
@@ -196,7 +215,7 @@ void to_json(const Value& v, int indent, std::string& out, int level) {
       else if (std::isinf(v.f)) out += v.f > 0 ? "Infinity" : "-Infinity";
       else out += float_repr(v.f);
       return;
-    case Type::String: json_string(v.str(), out); return;
+    case Type::String: json_string(v.str(), out, st.ensure_ascii); return;
     case Type::List: {
       if (v.list->empty()) {
         out += "[]";
@@ -204,11 +223,11 @@ void to_json(const Value& v, int indent, std::string& out, int level) {
       }
       out += '[';
       for (size_t k = 0; k < v.list->size(); ++k) {
-        if (k) out += indent >= 0 ? "," : ", ";
-        if (indent >= 0) json_newline(indent, level + 1, out);
-        to_json((*v.list)[k], indent, out, level + 1);
+        if (k) out += item_sep;
+        if (st.indent >= 0) json_newline(st.indent, level + 1, out);
+        to_json((*v.list)[k], st, out, level + 1);
       }
-      if (indent >= 0) json_newline(indent, level, out);
+      if (st.indent >= 0) json_newline(st.indent, level, out);
       out += ']';
       return;
     }
@@ -217,21 +236,29 @@ void to_json(const Value& v, int indent, std::string& out, int level) {
         out += "{}";
         return;
       }
+      std::vector<const std::pair<Value, Value>*> items;
+      for (const auto& kv : v.dict->items) items.push_back(&kv);
+      if (st.sort_keys) {
+        for (const auto* kv : items)
+          if (kv->first.type != Type::String) throw ValueError{"tojson: sort_keys needs string keys"};
+        std::stable_sort(items.begin(), items.end(), [](const auto* a, const auto* b) { return a->first.str() < b->first.str(); });
+      }
       out += '{';
       bool first = true;
-      for (const auto& kv : v.dict->items) {
-        if (!first) out += indent >= 0 ? "," : ", ";
+      for (const auto* kv : items) {
+        if (!first) out += item_sep;
         first = false;
-        if (indent >= 0) json_newline(indent, level + 1, out);
-        if (kv.first.type == Type::String) json_string(kv.first.str(), out);
-        else if (kv.first.type == Type::None) out += "\"null\"";
-        else if (kv.first.type == Type::Bool) out += kv.first.b ? "\"true\"" : "\"false\"";
-        else if (kv.first.type == Type::Int || kv.first.type == Type::Float) json_string(to_str(kv.first), out);
+        if (st.indent >= 0) json_newline(st.indent, level + 1, out);
+        const Value& key = kv->first;
+        if (key.type == Type::String) json_string(key.str(), out, st.ensure_ascii);
+        else if (key.type == Type::None) out += "\"null\"";
+        else if (key.type == Type::Bool) out += key.b ? "\"true\"" : "\"false\"";
+        else if (key.type == Type::Int || key.type == Type::Float) json_string(to_str(key), out, false);
         else throw ValueError{"keys must be str, int, float, bool or None"};
-        out += ": ";
-        to_json(kv.second, indent, out, level + 1);
+        out += key_sep;
+        to_json(kv->second, st, out, level + 1);
       }
-      if (indent >= 0) json_newline(indent, level, out);
+      if (st.indent >= 0) json_newline(st.indent, level, out);
       out += '}';
       return;
     }

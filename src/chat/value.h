@@ -183,8 +183,14 @@ std::string to_str(const Value& v);      // str(v); undefined -> ""
 constexpr int kMaxValueNesting = 200;
 std::string repr(const Value& v, int depth = 0);  // repr(v)
 std::string float_repr(double d);        // repr(float)
-// json.dumps(v, ensure_ascii=False, indent=indent or None); indent < 0 means None.
-void to_json(const Value& v, int indent, std::string& out, int level = 0);
+// json.dumps with transformers' defaults (ensure_ascii=False).
+struct JsonStyle {
+  int indent = -1;  // < 0: None (one line)
+  bool ensure_ascii = false;
+  bool sort_keys = false;
+  std::string item_sep, key_sep;  // empty: Python's defaults for the indent
+};
+void to_json(const Value& v, const JsonStyle& style, std::string& out, int level = 0);
 bool equals(const Value& a, const Value& b, int depth);
 // Python's a < b (-1), a == b (0), a > b (1) for numbers, strings, lists; ValueError otherwise.
 int compare(const Value& a, const Value& b, int depth = 0);

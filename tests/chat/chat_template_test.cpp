@@ -158,6 +158,24 @@ struct Case {
   const char* expected;
 };
 const Case kCases[] = {
+    {R"J({{ {'b': 'é☕😀', 'a': [1, 2]} | tojson(ensure_ascii=true) }})J",
+     R"J({"b": "\u00e9\u2615\ud83d\ude00", "a": [1, 2]})J"},
+    {R"J({{ {'b': 1, 'a': [1, 2]} | tojson(sort_keys=true) }})J",
+     R"J({"a": [1, 2], "b": 1})J"},
+    {R"J({{ {'b': 1, 'a': [1, 2]} | tojson(separators=(',', ':')) }})J",
+     R"J({"b":1,"a":[1,2]})J"},
+    {R"J({{ {'b': 1, 'a': [1, {'c': 2}]} | tojson(indent=2, separators=(', ', ' = ')) }})J",
+     R"J({
+  "b" = 1, 
+  "a" = [
+    1, 
+    {
+      "c" = 2
+    }
+  ]
+})J"},
+    {R"J({{ 'x' | tojson(false, 2) }})J",
+     R"J("x")J"},
     {R"J({% for i in [1,2] %}{% if i == 2 %}[{{ x }}]{% endif %}{% set x = i %}{% endfor %})J", R"J([])J"},
     {R"J({% set x = 0 %}{% for i in [1,2] %}[{{ x }}]{% set x = i %}{% endfor %}{{ x }})J", R"J([0][0]0)J"},
     {R"J({% for i in [1,2] %}{% set x = i %}{% endfor %}[{{ x }}])J", R"J([])J"},
