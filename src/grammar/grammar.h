@@ -103,6 +103,10 @@ class Vocab {
   // Tokens that can match text (non-empty piece, not end-of-generation),
   // sorted by piece bytes; lcp_[i] = common prefix of sorted_[i-1] and sorted_[i].
   const std::vector<int32_t>& sorted() const { return sorted_; }
+  // Piece of sorted()[i], from one contiguous buffer (walked in order: no cache misses).
+  std::string_view sorted_piece(size_t i) const {
+    return std::string_view(sorted_bytes_.data() + sorted_off_[i], sorted_off_[i + 1] - sorted_off_[i]);
+  }
   const std::vector<uint16_t>& lcp() const { return lcp_; }
   size_t max_piece_len() const { return max_piece_len_; }
   // Token whose piece is exactly `text` (the lowest id), or -1.
@@ -115,6 +119,8 @@ class Vocab {
   std::vector<int32_t> eog_ids_;
   std::vector<int32_t> sorted_;
   std::vector<uint16_t> lcp_;
+  std::string sorted_bytes_;
+  std::vector<size_t> sorted_off_;  // sorted_.size() + 1
   size_t max_piece_len_ = 0;
 };
 

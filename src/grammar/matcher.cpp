@@ -154,45 +154,62 @@ bool advance_cp(const Grammar& g, const std::vector<Stack>& in, uint32_t cp, std
 
 constexpr uint32_t kMinOfLen[5] = {0, 0, 0x80, 0x800, 0x10000};
 
-// One byte. False (out undefined) if no stack survives.
-bool advance_byte(const Grammar& g, const State& in, uint8_t b, State& out) {
-  Partial p = in.partial;
+// UTF-8 decoding, one byte: kInvalid, kPending (p updated) or kComplete (*cp set).
+enum class Utf8 { kInvalid, kPending, kComplete };
+Utf8 utf8_step(Partial& p, uint8_t b, uint32_t* cp) {
   if (p.need == 0) {
     if (b < 0x80) {
-      out.partial = Partial{};
-      return advance_cp(g, in.stacks, b, out.stacks) && !out.stacks.empty();
+      *cp = b;
+      return Utf8::kComplete;
     }
     if (b >= 0xC2 && b <= 0xDF) p = {uint32_t(b & 0x1F), 1, 1};
     else if (b >= 0xE0 && b <= 0xEF) p = {uint32_t(b & 0x0F), 2, 1};
     else if (b >= 0xF0 && b <= 0xF4) p = {uint32_t(b & 0x07), 3, 1};
-    else return false;
+    else return Utf8::kInvalid;
   } else {
-    if ((b & 0xC0) != 0x80) return false;
+    if ((b & 0xC0) != 0x80) return Utf8::kInvalid;
     p.value = (p.value << 6) | (b & 0x3F);
     p.need--;
     p.len++;
     if (p.need == 0) {
-      const uint32_t cp = p.value;
-      if (cp < kMinOfLen[p.len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-      out.partial = Partial{};
-      return advance_cp(g, in.stacks, cp, out.stacks) && !out.stacks.empty();
+      *cp = p.value;
+      if (*cp < kMinOfLen[p.len] || *cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF)) return Utf8::kInvalid;
+      return Utf8::kComplete;
     }
   }
-  // Still unfinished: keep the stacks whose top can take some completion.
+  return Utf8::kPending;
+}
+
+// With p pending: keep the stacks whose top can take some completion.
+bool filter_partial(const Grammar& g, const std::vector<Stack>& in, const Partial& p, std::vector<Stack>& out) {
   const uint32_t total = uint32_t(p.len + p.need);
   uint32_t lo = p.value << (6 * p.need);
   uint32_t hi = lo | ((uint32_t(1) << (6 * p.need)) - 1);
   lo = std::max(lo, kMinOfLen[total]);
   hi = std::min<uint32_t>(hi, 0x10FFFF);
+  out.clear();
   if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) return false;
-  out.partial = p;
-  out.stacks.clear();
-  for (const Stack& s : in.stacks) {
+  for (const Stack& s : in) {
     if (s.empty()) continue;
     const Element e = g.elems[s.back()];
-    if (e.op == Op::Chars && g.charsets[e.arg].intersects(lo, hi)) out.stacks.push_back(s);
+    if (e.op == Op::Chars && g.charsets[e.arg].intersects(lo, hi)) out.push_back(s);
   }
-  return !out.stacks.empty();
+  return !out.empty();
+}
+
+// One byte. False (out undefined) if no stack survives.
+bool advance_byte(const Grammar& g, const State& in, uint8_t b, State& out) {
+  Partial p = in.partial;
+  uint32_t cp = 0;
+  switch (utf8_step(p, b, &cp)) {
+    case Utf8::kInvalid: return false;
+    case Utf8::kComplete:
+      out.partial = Partial{};
+      return advance_cp(g, in.stacks, cp, out.stacks) && !out.stacks.empty();
+    case Utf8::kPending: break;
+  }
+  out.partial = p;
+  return filter_partial(g, in.stacks, p, out.stacks);
 }
 
 // Frames of the cache key: from the top down to the first frame of a
@@ -271,15 +288,37 @@ class StateTable {
         return int32_t(e >> 1) - 2;
       }
     }
-    State nx;
     int32_t next = kDead;
     bool pop = false;
-    if (advance_byte(g_, states_[size_t(id)], b, nx)) {
-      if (nx.stacks[0].empty()) {
-        pop = true;
-        nx.stacks.erase(nx.stacks.begin());
+    const State& cur = states_[size_t(id)];
+    Partial p = cur.partial;
+    uint32_t cp = 0;
+    const Utf8 kind = utf8_step(p, b, &cp);
+    if (kind == Utf8::kComplete && cur.stacks.size() <= 64) {
+      // The result depends only on which stack tops take cp: memoized per
+      // (stack set, that subset), so the many code points of a class cost one advance.
+      uint64_t takes = 0;
+      for (size_t k = 0; k < cur.stacks.size(); ++k) {
+        const Stack& st = cur.stacks[k];
+        if (st.empty()) continue;
+        const Element e = g_.elems[st.back()];
+        if (e.op == Op::Chars && g_.charsets[e.arg].contains(cp)) takes |= uint64_t(1) << k;
       }
-      if (!nx.stacks.empty()) next = intern(std::move(nx));
+      if (takes != 0) {
+        const std::pair<int32_t, uint64_t> mk(base_id(id), takes);
+        auto it = complete_.find(mk);
+        if (it != complete_.end()) {
+          next = it->second.first;
+          pop = it->second.second;
+        } else {
+          finish(advance_cp(g_, cur.stacks, cp, nx_.stacks), Partial{}, &next, &pop);
+          complete_.emplace(mk, std::make_pair(next, pop));
+        }
+      }
+    } else if (kind == Utf8::kComplete) {
+      finish(advance_cp(g_, cur.stacks, cp, nx_.stacks), Partial{}, &next, &pop);
+    } else if (kind == Utf8::kPending) {
+      finish(filter_partial(g_, cur.stacks, p, nx_.stacks), p, &next, &pop);
     }
     if (memo) trans_[size_t(id) * 256 + b] = (uint32_t(next + 2) << 1) | (pop ? 1u : 0u);
     *popped = pop;
@@ -303,6 +342,48 @@ class StateTable {
   const Grammar& g_;
   std::vector<State> states_;
   std::unordered_map<std::string, int32_t> ids_;
+  // nx_ holds the stacks just computed (ok: any survived); intern what is left
+  // inside the key after taking out the empty stack (a path that left it).
+  void finish(bool ok, const Partial& p, int32_t* next, bool* pop) {
+    *next = kDead;
+    *pop = false;
+    if (!ok || nx_.stacks.empty()) return;
+    if (nx_.stacks[0].empty()) {
+      *pop = true;
+      nx_.stacks.erase(nx_.stacks.begin());
+    }
+    if (nx_.stacks.empty()) return;
+    nx_.partial = p;
+    State s = std::move(nx_);
+    nx_ = State{};
+    *next = intern(std::move(s));
+  }
+
+  // Id of a state's stack set alone (partial ignored).
+  int32_t base_id(int32_t id) {
+    if (base_of_.size() <= size_t(id)) base_of_.resize(size_t(id) + 1, -1);
+    int32_t& b = base_of_[size_t(id)];
+    if (b < 0) {
+      State only;
+      only.stacks = states_[size_t(id)].stacks;
+      std::string k = serialize(only);
+      auto it = bases_.find(k);
+      if (it == bases_.end()) it = bases_.emplace(std::move(k), int32_t(bases_.size())).first;
+      b = it->second;
+    }
+    return b;
+  }
+
+  struct PairHash {
+    size_t operator()(const std::pair<int32_t, uint64_t>& k) const {
+      return std::hash<uint64_t>()(k.second * 0x9E3779B97F4A7C15ull ^ uint64_t(uint32_t(k.first)));
+    }
+  };
+
+  State nx_;
+  std::vector<int32_t> base_of_;
+  std::unordered_map<std::string, int32_t> bases_;
+  std::unordered_map<std::pair<int32_t, uint64_t>, std::pair<int32_t, bool>, PairHash> complete_;
   static constexpr size_t kMaxRows = 16384;  // 16 MiB of transitions at most
   std::vector<uint32_t> trans_;
 };
@@ -324,7 +405,7 @@ std::shared_ptr<const KeyEntry> build_entry(const Cache& c, const Stack& key) {
   size_t alive = 0;             // states[0..alive] live along the previous token
   for (size_t i = 0; i < sorted.size(); ++i) {
     const int32_t t = sorted[i];
-    const std::string& piece = v.piece(t);
+    const std::string_view piece = v.sorted_piece(i);
     const size_t L = piece.size();
     const size_t l = i == 0 ? 0 : lcp[i];
     while (!pops.empty() && pops.back() > l) pops.pop_back();
@@ -333,7 +414,7 @@ std::shared_ptr<const KeyEntry> build_entry(const Cache& c, const Stack& key) {
       if (!pops.empty() && pops.back() == L) {
         accepted.push_back(t);
       } else {
-        for (uint32_t d : pops) uncertain.push_back({std::string_view(piece).substr(d), t});
+        for (uint32_t d : pops) uncertain.push_back({piece.substr(d), t});
       }
       continue;
     }
@@ -351,7 +432,7 @@ std::shared_ptr<const KeyEntry> build_entry(const Cache& c, const Stack& key) {
       accepted.push_back(t);
     } else {
       for (uint32_t pd : pops)
-        if (pd < L) uncertain.push_back({std::string_view(piece).substr(pd), t});
+        if (pd < L) uncertain.push_back({piece.substr(pd), t});
     }
   }
 
@@ -572,7 +653,7 @@ void Matcher::compute_mask(std::vector<uint64_t>& bits) {
     if (state_.partial.need != 0) {
       const std::vector<int32_t>& sorted = v.sorted();
       detail::walk_sorted(
-          g, state_, sorted.size(), [&](size_t i) { return std::string_view(v.piece(sorted[i])); },
+          g, state_, sorted.size(), [&](size_t i) { return v.sorted_piece(i); },
           [&](size_t i) { return size_t(v.lcp()[i]); }, [&](size_t i) { detail::set_bit(bits, sorted[i]); });
     } else {
       for (const Stack& s : state_.stacks) {

@@ -42,6 +42,11 @@ std::shared_ptr<const Vocab> make_vocab(std::vector<std::string> pieces, std::ve
     const int c = pieces[size_t(a)].compare(pieces[size_t(b)]);
     return c < 0 || (c == 0 && a < b);
   });
+  v->sorted_off_.push_back(0);
+  for (int32_t id : v->sorted_) {
+    v->sorted_bytes_ += pieces[size_t(id)];
+    v->sorted_off_.push_back(v->sorted_bytes_.size());
+  }
   v->lcp_.assign(v->sorted_.size(), 0);
   for (size_t i = 1; i < v->sorted_.size(); ++i) {
     const std::string& a = pieces[size_t(v->sorted_[i - 1])];
