@@ -706,8 +706,12 @@ void Matcher::apply_mask(float* logits, int32_t n_vocab) {
       std::fill(logits + w * 64, logits + end, -INFINITY);
       continue;
     }
-    for (int32_t t = w * 64; t < end; ++t)
-      if (!((m >> (t & 63)) & 1)) logits[t] = -INFINITY;
+    uint64_t forbidden = ~m;  // visit only the zero bits
+    if (end - w * 64 < 64) forbidden &= (uint64_t(1) << (end - w * 64)) - 1;
+    while (forbidden) {
+      logits[w * 64 + __builtin_ctzll(forbidden)] = -INFINITY;
+      forbidden &= forbidden - 1;
+    }
   }
   for (int32_t t = n; t < n_vocab; ++t) logits[t] = -INFINITY;
 }
