@@ -324,9 +324,16 @@ class Renderer {
         return Flow::Normal;
       }
       case Stmt::Macro: {
+        // A macro sees the template's top level as it is when called, and
+        // the enclosing loop or macro variables as they were when defined.
         const Stmt* m = &s;
+        auto closure = std::make_shared<Frame>();
+        for (size_t k = 1; k < scopes_.size(); ++k)
+          for (const auto& kv : *scopes_[k]) frame_set(*closure, kv.first, kv.second);
         frame_set(*scopes_.back(), s.text,
-                  Value::function(s.text, [m](Renderer& r, CallArgs& a, const Pos& p) { return r.call_macro(*m, a, p); }));
+                  Value::function(s.text, [m, closure](Renderer& r, CallArgs& a, const Pos& p) {
+                    return r.call_macro(*m, *closure, a, p);
+                  }));
         return Flow::Normal;
       }
       case Stmt::FilterBlock: {
@@ -445,7 +452,7 @@ class Renderer {
     for (size_t k = 0; k < targets.size(); ++k) frame_set(f, targets[k], items[k]);
   }
 
-  Value call_macro(const Stmt& m, CallArgs& a, const Pos& p) {
+  Value call_macro(const Stmt& m, Frame& closure, CallArgs& a, const Pos& p) {
     if (++depth_ > opt_.max_depth) fail(p, "template exceeded max_depth (" + std::to_string(opt_.max_depth) + ")");
     if (a.pos.size() > m.params.size())
       fail(p, "macro '" + m.text + "' takes not more than " + std::to_string(m.params.size()) + " argument(s)");
@@ -453,6 +460,7 @@ class Renderer {
     std::vector<Frame*> saved;
     saved.swap(scopes_);
     scopes_.push_back(saved.front());  // the template's top level
+    if (!closure.empty()) scopes_.push_back(&closure);
     scopes_.push_back(&f);
     struct Restore {
       Renderer& r;
@@ -888,7 +896,8 @@ class Renderer {
     }
   }
 
-  // "%s and %d" % args (printf-style): %s %r %d %i %f %%.
+  // "%s and %d" % args (printf-style): flags "-+ 0#", width, precision and
+  // the conversions s r a d i u x X o f F e E g G c %.
   std::string printf_format(const std::string& fmt, const Value& args, Pos p) {
     List items = args.is_list() && args.is_tuple ? *args.list : List{args};
     std::string out;
@@ -898,7 +907,24 @@ class Renderer {
         out += fmt[k];
         continue;
       }
-      if (++k >= fmt.size()) fail(p, "incomplete format");
+      ++k;
+      std::string flags;
+      while (k < fmt.size() && std::strchr("-+ 0#", fmt[k])) flags += fmt[k++];
+      int width = -1, prec = -1;
+      auto number = [&](int& v) {
+        if (k < fmt.size() && fmt[k] == '*') fail(p, "unsupported: '*' in a format", LLM_ERR_UNSUPPORTED);
+        while (k < fmt.size() && fmt[k] >= '0' && fmt[k] <= '9') {
+          v = (v < 0 ? 0 : v) * 10 + (fmt[k++] - '0');
+          if (v > 4096) fail(p, "format width too large", LLM_ERR_UNSUPPORTED);
+        }
+      };
+      number(width);
+      if (k < fmt.size() && fmt[k] == '.') {
+        ++k;
+        prec = 0;
+        number(prec);
+      }
+      if (k >= fmt.size()) fail(p, "incomplete format");
       const char c = fmt[k];
       if (c == '%') {
         out += '%';
@@ -906,17 +932,46 @@ class Renderer {
       }
       if (next >= items.size()) fail(p, "not enough arguments for format string");
       const Value& v = items[next++];
-      if (c == 's') out += to_str(v);
-      else if (c == 'r') out += repr(v);
-      else if ((c == 'd' || c == 'i') && is_int(v)) out += std::to_string(int_of(v));
-      else if ((c == 'd' || c == 'i') && v.is_number() && std::fabs(v.f) < 9.2e18) out += std::to_string(int64_t(v.f));
-      else if (c == 'f' && v.is_number()) {
-        char b[64];
-        std::snprintf(b, sizeof b, "%f", as_double(v));
-        out += b;
+      std::string piece;
+      if (c == 's' || c == 'r' || c == 'a') {
+        piece = c == 's' ? to_str(v) : repr(v);
+        if (prec >= 0) {
+          std::vector<size_t> off = utf8_offsets(piece);
+          if (size_t(prec) + 1 < off.size()) piece.resize(off[size_t(prec)]);
+        }
+        const size_t len = utf8_length(piece);
+        if (width > 0 && len < size_t(width)) {
+          const std::string pad(size_t(width) - len, ' ');
+          piece = flags.find('-') != std::string::npos ? piece + pad : pad + piece;
+        }
+      } else if (std::strchr("diuxXoeEfFgGc", c)) {
+        if (!v.is_number()) fail(p, std::string("%") + c + " format: a real number is required, not " + type_name(v));
+        std::string spec = "%" + flags;
+        if (width >= 0) spec += std::to_string(width);
+        if (prec >= 0) spec += "." + std::to_string(prec);
+        char buf[4400];
+        if (std::strchr("diuxXoc", c)) {
+          double d = as_double(v);
+          if (!is_int(v) && !(std::fabs(d) < 9.2e18)) fail(p, "cannot convert float to integer");
+          const long long x = is_int(v) ? (long long)int_of(v) : (long long)d;
+          if (c == 'c') {
+            if (x < 0 || x > 0x10FFFF) fail(p, "%c arg not in range");
+            piece = utf8_encode(uint32_t(x));
+          } else {
+            const bool neg = x < 0 && (c == 'x' || c == 'X' || c == 'o');
+            spec += std::string("ll") + (c == 'u' || c == 'i' ? 'd' : c);
+            std::snprintf(buf, sizeof buf, spec.c_str(), neg ? -x : x);
+            piece = neg ? "-" + std::string(buf) : std::string(buf);
+          }
+        } else {
+          spec += c;
+          std::snprintf(buf, sizeof buf, spec.c_str(), as_double(v));
+          piece = buf;
+        }
       } else {
         fail(p, std::string("unsupported format character '") + c + "'", LLM_ERR_UNSUPPORTED);
       }
+      out += piece;
       check_size(out.size(), p);
     }
     if (next < items.size()) fail(p, "not all arguments converted during string formatting");
