@@ -47,6 +47,9 @@ inline size_t decode_ahead(const WeightView& w) {
   const size_t span = size_t(kRowTile) * w.row_bytes;
   return std::max<size_t>(1, (kDecodeAhead + span - 1) / span) * span;
 }
+// Up to this many x rows a matmul is batched decode (llm_decode_batch), which
+// still streams W from DRAM: its unpacking prefetches as decode does.
+constexpr int64_t kSmallBatch = 16;
 
 inline float half_at(const uint8_t* p) {
   uint16_t h;
@@ -319,7 +322,7 @@ void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t 
   for (int64_t r = r0; r < r1; r += kRowTile) {
     const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
     const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
-    const uint8_t* pf = n == 1 ? wr + decode_ahead(w) : nullptr;
+    const uint8_t* pf = n <= kSmallBatch ? wr + decode_ahead(w) : nullptr;
     unpack_k_rows_avx2(w.dtype, wr, w.row_bytes, nr, 0, nsb, buf.data(), nsb, pf);
     switch (nr) {
       case 4: k_rows<4, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
@@ -482,7 +485,8 @@ void b32_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_
     }
     float* wd = dbuf.data();
     float* wm = dbuf.data() + kRowTile * nb;
-    unpack_b32_rows_avx2(T, wr, w.row_bytes, nr, 0, nb, qbuf.data(), w.cols, wd, Min ? wm : nullptr, nb, nullptr);
+    unpack_b32_rows_avx2(T, wr, w.row_bytes, nr, 0, nb, qbuf.data(), w.cols, wd, Min ? wm : nullptr, nb,
+                         n <= kSmallBatch ? wr + decode_ahead(w) : nullptr);
     const B32Buffer src{qbuf.data(), w.cols, wd, wm, nb};
     switch (nr) {
       case 4: b32_rows<4, Min>(src, nb, x, n, y + r, w.rows); break;

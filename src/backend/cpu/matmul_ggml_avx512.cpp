@@ -54,6 +54,9 @@ inline size_t decode_ahead(const WeightView& w) {
   const size_t span = size_t(kRowTile) * w.row_bytes;
   return std::max<size_t>(1, (kDecodeAhead + span - 1) / span) * span;
 }
+// Up to this many x rows a matmul is batched decode (llm_decode_batch), which
+// still streams W from DRAM: its unpacking prefetches as decode does.
+constexpr int64_t kSmallBatch = 16;
 
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
@@ -155,7 +158,7 @@ void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t 
   for (int64_t r = r0; r < r1; r += kRowTile) {
     const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
     const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
-    const uint8_t* pf = n == 1 ? wr + decode_ahead(w) : nullptr;
+    const uint8_t* pf = n <= kSmallBatch ? wr + decode_ahead(w) : nullptr;
     unpack_k_rows_avx2(w.dtype, wr, w.row_bytes, nr, 0, nsb, buf.data(), nsb, pf);
     switch (nr) {
       case 4: k_rows<4, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
@@ -336,10 +339,17 @@ void quad_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64
       }
       continue;
     }
+    const size_t ahead = n <= kSmallBatch ? decode_ahead(w) : 0;
     for (int i = 0; i < nr; ++i) {
       const uint8_t* row = wr + size_t(i) * w.row_bytes;
       WQuad* o = wbuf.data() + i * nq;
-      for (int64_t k = 0; k < nb / 4; ++k) w_quad<T>(row + k * QB, o[k].a, o[k].b, o[k].dw);
+      for (int64_t k = 0; k < nb / 4; ++k) {
+        if (ahead) {  // batched decode: the same bytes of a later tile
+          _mm_prefetch(reinterpret_cast<const char*>(row + ahead + k * QB), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(row + ahead + k * QB + QB - 1), _MM_HINT_T0);
+        }
+        w_quad<T>(row + k * QB, o[k].a, o[k].b, o[k].dw);
+      }
       if (nb % 4) w_quad_tail<T>(row + (nb / 4) * QB, nb % 4, o[nb / 4].a, o[nb / 4].b, o[nb / 4].dw);
     }
     switch (nr) {
