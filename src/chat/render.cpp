@@ -219,18 +219,20 @@ class Renderer {
                             ": " + msg);
   }
 
+  // Steps: statements and expression nodes, plus one per 64 bytes of string made.
   void step(Pos p, uint64_t n = 1) {
     steps_ += n;
-    if (steps_ > opt_.max_steps)
+    if (steps_ + (arena_.string_bytes >> 6) > opt_.max_steps)
       fail(p, "template exceeded max_steps (" + std::to_string(opt_.max_steps) + "); an endless loop?");
   }
 
-  // Every string the template builds goes through here: size cap, and a step
-  // per 64 bytes so that the total memory built is bounded too.
+  // Strings built by concatenation, repetition, joins... go through here for
+  // the size cap (every string made is charged to the steps, see Arena).
   Value make_str(std::string s, Pos p) {
     check_size(s.size(), p);
-    step(p, s.size() / 64);
-    return Value::string(std::move(s));
+    Value v = Value::string(std::move(s));
+    step(p);
+    return v;
   }
   void check_size(size_t n, Pos p) {
     if (n > opt_.max_output_bytes)

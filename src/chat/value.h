@@ -79,12 +79,7 @@ struct Value {
     v.f = x;
     return v;
   }
-  static Value string(std::string x) {
-    Value v;
-    v.type = Type::String;
-    v.sp = std::make_shared<const std::string>(std::move(x));
-    return v;
-  }
+  static Value string(std::string x);
   static Value make_list(List items = {}, bool tuple = false);
   static Value make_dict();
   static Value make_namespace();
@@ -145,12 +140,22 @@ struct Dict {
 // Every list and dict made while a render runs is also held here, so that the
 // render can empty them all when it ends: that frees cycles a template made
 // (a list appended to itself) and frees deep nesting without recursing.
+// It also counts the bytes of every string made, which the render charges
+// against its step budget, so what a template can build is bounded.
 struct Arena {
   std::vector<std::shared_ptr<List>> lists;
   std::vector<std::shared_ptr<Dict>> dicts;
+  uint64_t string_bytes = 0;
 };
 Arena*& current_arena();  // per thread; null outside a render
 
+inline Value Value::string(std::string x) {
+  Value v;
+  v.type = Type::String;
+  if (Arena* a = current_arena()) a->string_bytes += x.size();
+  v.sp = std::make_shared<const std::string>(std::move(x));
+  return v;
+}
 inline Value Value::make_list(List items, bool tuple) {
   Value v;
   v.type = Type::List;

@@ -643,6 +643,10 @@ TEST(ChatTemplates, BoundsStopRunawayTemplates) {
   expect_bound("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
                "max_output_bytes");
   expect_bound("{% set x %}{% for i in range(2000) %}{{ 'y' * 1000 }}{% endfor %}{% endset %}", "max_output_bytes");
+  // Strings kept in a list: each one made is charged, so the memory they hold is bounded.
+  expect_bound("{% set big = 'x' * 100000 %}{% set l = [] %}{% for i in range(100000) %}"
+               "{% set _ = l.append(big | upper) %}{% endfor %}",
+               "max_steps");
   expect_bound("{{ range(100000000000) | length }}", "too long");
   expect_bound("{{ [1] * 100000000 }}", "too long");
   // Values that contain themselves or nest deeply: an error, not a stack overflow; freed at the end.
