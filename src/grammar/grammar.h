@@ -176,7 +176,14 @@ class Matcher {
   std::shared_ptr<detail::Cache> cache_;
   detail::State state_;
   bool terminated_ = false;  // an EOG token was accepted
-  std::vector<uint64_t> mask_;  // apply_mask's scratch
+  // apply_mask's scratch; a copy (fork) starts without one.
+  struct Scratch {
+    std::vector<uint64_t> bits;
+    Scratch() = default;
+    Scratch(const Scratch&) {}
+    Scratch& operator=(const Scratch&) { return *this; }
+  };
+  Scratch mask_;
 };
 
 }  // namespace llm::grammar

@@ -696,10 +696,11 @@ void Matcher::compute_mask_slow(std::vector<uint64_t>& bits) const {
 }
 
 void Matcher::apply_mask(float* logits, int32_t n_vocab) {
-  compute_mask(mask_);
+  std::vector<uint64_t>& mask = mask_.bits;
+  compute_mask(mask);
   const int32_t n = std::min(n_vocab, vocab_->n_vocab());
   for (int32_t w = 0; w * 64 < n; ++w) {
-    const uint64_t m = mask_[size_t(w)];
+    const uint64_t m = mask[size_t(w)];
     if (m == ~uint64_t(0)) continue;
     const int32_t end = std::min(n, w * 64 + 64);
     if (m == 0) {
