@@ -198,6 +198,7 @@ struct Job {
   std::shared_ptr<llm_grammar> grammar;     // kept alive while the job lives
   std::vector<std::string> stops;
   uint32_t max_tokens = 0;
+  bool ignore_eos = false;  // extension: end-of-generation tokens are generated but not obeyed
   Clock::time_point arrived = Clock::now();
 
   // The scheduler's own.
@@ -476,9 +477,10 @@ void Scheduler::on_token(Job& j, llm_token tok, Clock::time_point now) {
   }
   size_t len = 0;
   int32_t stopped = 0;
-  llm_status st = llm_text_stream_push(j.text, tok, buf_.data(), buf_.size(), &len, &stopped);
+  if (j.ignore_eos && llm_token_is_eog(model_, tok)) tok = -1;  // nothing to show, nothing ends
+  llm_status st = tok < 0 ? LLM_OK : llm_text_stream_push(j.text, tok, buf_.data(), buf_.size(), &len, &stopped);
   if (st == LLM_ERR_BUFFER_TOO_SMALL) {
-    buf_.resize(len);
+    buf_.resize(len);  // tok >= 0 here
     st = llm_text_stream_push(j.text, tok, buf_.data(), buf_.size(), &len, &stopped);
   }
   if (st != LLM_OK) {
@@ -759,6 +761,10 @@ ApiError Server::build_job(const json& body, bool chat, Job& job, bool& stream, 
   if (body.contains("stream") && !body["stream"].is_null()) {
     if (!body["stream"].is_boolean()) return bad_request("'stream' must be a boolean");
     stream = body["stream"].get<bool>();
+  }
+  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
+    if (!body["ignore_eos"].is_boolean()) return bad_request("'ignore_eos' must be a boolean");
+    job.ignore_eos = body["ignore_eos"].get<bool>();
   }
   include_usage = false;
   if (body.contains("stream_options") && body["stream_options"].is_object())
