@@ -275,7 +275,7 @@ TEST(MaskEquality, GemmaVocabulary) {
   const std::string schema = R"({"type": "object", "properties": {
       "name": {"type": "string"}, "born": {"type": "integer"},
       "langs": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
-      "note": {"type": "string"}, "ok": {"type": "boolean"},
+      "note": {"type": "string", "maxLength": 52}, "ok": {"type": "boolean"},
       "nested": {"type": "object", "properties": {"a": {"type": "null"}, "b": {"type": "number"}}}},
       "required": ["name", "born"], "additionalProperties": false})";
   for (const auto& g : {json_grammar(), parse_gbnf(json_schema_to_gbnf(schema))}) {
