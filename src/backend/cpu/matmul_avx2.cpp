@@ -601,6 +601,39 @@ void f_gemv(const WeightView& w, const float* x, float* y, int64_t r0, int64_t r
   for (int64_t r = r0; r < r1; ++r) f_gemv_row<L>(w, x, y, r, ahead);
 }
 
+// Up to this many x rows (the AVX-512 family's bound, not measured here).
+constexpr int64_t kFSmallBatch = 8;
+
+// Batched decode (2 <= n <= kFSmallBatch) of an unquantized type: as decode,
+// one W row at a time streamed from memory (prefetched ahead) and converted
+// in registers, run against kFCols x rows at a time while the row sits in
+// L1, instead of the prefill loop nest (W converted into a buffer, one tile
+// prefetched ahead). f_tile's order per output does not depend on C.
+template <class L>
+__attribute__((noinline)) void f_gemv_batch(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0,
+                                            int64_t r1) {
+  const size_t ahead = std::max<size_t>(1, (kPrefetchBytes + w.row_bytes - 1) / w.row_bytes) * w.row_bytes;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
+    for (int64_t c0 = 0; c0 < n; c0 += kFCols) {
+      const int64_t nc = std::min<int64_t>(kFCols, n - c0);
+      for (int64_t k0 = 0; k0 < w.cols; k0 += kFKBlock) {
+        const uint8_t* wk = wr + k0 * L::kBytes;
+        const float* xk = x + c0 * w.cols + k0;
+        const int64_t len = std::min(kFKBlock, w.cols - k0);
+        float* yc = y + c0 * w.rows + r;
+        const uint8_t* pf = c0 == 0 ? wk + ahead : nullptr;  // the later groups find the row in L1
+        static_assert(kFCols == 3, "cases below");
+        switch (nc) {
+          case 3: f_tile<L, 1, 3>(wk, w.row_bytes, xk, w.cols, len, yc, w.rows, k0 > 0, pf); break;
+          case 2: f_tile<L, 1, 2>(wk, w.row_bytes, xk, w.cols, len, yc, w.rows, k0 > 0, pf); break;
+          default: f_tile<L, 1, 1>(wk, w.row_bytes, xk, w.cols, len, yc, w.rows, k0 > 0, pf); break;
+        }
+      }
+    }
+  }
+}
+
 // Dequantizes values [k0, k0 + len) of one stored row into dst (exactly the
 // values dequantize_row gives: d * q rounded once). For Q types k0 and len
 // are multiples of the group.
@@ -713,6 +746,14 @@ void matmul_f_avx2(const WeightView& w, const float* x, int64_t n, float* y, int
       case DType::F16: f_gemv<LoadF16>(w, x, y, r0, r1); break;
       case DType::BF16: f_gemv<LoadBF16>(w, x, y, r0, r1); break;
       default: f_gemv<LoadF32>(w, x, y, r0, r1); break;
+    }
+    return;
+  }
+  if (n <= kFSmallBatch && !dtype_is_quantized(w.dtype)) {  // batched decode
+    switch (w.dtype) {
+      case DType::F16: f_gemv_batch<LoadF16>(w, x, n, y, r0, r1); break;
+      case DType::BF16: f_gemv_batch<LoadBF16>(w, x, n, y, r0, r1); break;
+      default: f_gemv_batch<LoadF32>(w, x, n, y, r0, r1); break;
     }
     return;
   }
