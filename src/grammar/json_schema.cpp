@@ -244,16 +244,36 @@ class Converter {
       only("$ref");
       return visit_ref(*ref, path + "/$ref");
     }
+    // const / enum: the listed values that also have an allowed type.
+    auto type_ok = [&](const Value& v) {
+      const Value* t = s.find("type");
+      if (!t) return true;
+      std::vector<std::string> names;
+      if (t->is_string()) names.push_back(t->as_string("type"));
+      else if (t->is_array())
+        for (const Value& x : t->as_array("type"))
+          if (x.is_string()) names.push_back(x.as_string("type"));
+      for (const std::string& n : names) {
+        if ((n == "null" && v.is_null()) || (n == "boolean" && v.is_bool()) || (n == "string" && v.is_string()) ||
+            (n == "number" && v.is_number()) || (n == "integer" && v.is_int()) || (n == "array" && v.is_array()) ||
+            (n == "object" && v.is_object()))
+          return true;
+      }
+      return false;
+    };
     if (const Value* c = s.find("const")) {
+      if (!type_ok(*c)) error(path + "/const", "the 'const' value does not have the schema's type");
       return rule(hint, gbnf_literal(json_compact(*c)) + " " + prim("space"));
     }
     if (const Value* e = s.find("enum")) {
       if (!e->is_array() || e->as_array("enum").empty()) error(path + "/enum", "'enum' must be a non-empty array");
       std::string body = "(";
       for (const Value& v : e->as_array("enum")) {
+        if (!type_ok(v)) continue;
         if (body.size() > 1) body += " | ";
         body += gbnf_literal(json_compact(v));
       }
+      if (body.size() == 1) error(path + "/enum", "no 'enum' value has the schema's type");
       return rule(hint, body + ") " + prim("space"));
     }
     for (const char* key : {"anyOf", "oneOf"}) {

@@ -98,6 +98,11 @@ std::vector<SchemaCase> cases() {
        R"({"type": "object", "additionalProperties": {"type": "integer"}})",
        {"{}", R"({"x": 1, "y": 2})"},
        {R"({"x": "1"})"}},
+      {"enum_with_type",
+       R"({"type": "object", "properties": {"e": {"type": "string", "enum": ["a", 1, "b"]}, "n": {"type": ["integer", "null"], "enum": [1, 1.5, null, "x"]}},
+           "additionalProperties": false})",
+       {R"({"e": "a"})", R"({"e": "b", "n": 1})", R"({"n": null})"},
+       {R"({"e": 1})", R"({"n": 1.5})", R"({"n": "x"})"}},
       {"primitives",
        R"({"type": "object", "properties": {"b": {"type": "boolean"}, "n": {"type": "null"}, "any": {}, "t": true},
            "required": ["b", "n", "any", "t"], "additionalProperties": false})",
@@ -154,6 +159,9 @@ TEST(JsonSchema, Errors) {
   EXPECT_NE(schema_error(R"({"type": "object", "properties": {")" + std::string(300, 'k') + R"(": {}}})")
                 .find("property name over 256 characters"),
             std::string::npos);
+  EXPECT_EQ(schema_error(R"({"type": "string", "enum": [1, 2]})"), "json schema: at /enum: no 'enum' value has the schema's type");
+  EXPECT_EQ(schema_error(R"({"type": "integer", "const": "1"})"),
+            "json schema: at /const: the 'const' value does not have the schema's type");
   EXPECT_EQ(schema_error("false"), "json schema: at /: the schema 'false' (nothing validates) is unsupported");
   // Descriptive keywords are ignored.
   EXPECT_EQ(schema_error(R"({"title": "t", "description": "d", "examples": [1], "$schema": "x", "type": "integer"})"), "");

@@ -32,12 +32,13 @@ class Validator {
   bool valid(const Json& schema, const Json& v) const {
     const Json& s = resolve(schema);
     if (s.is_boolean()) return s.get<bool>();
-    if (s.contains("const")) return v == s["const"];
+    if (s.contains("const") && v != s["const"]) return false;
     if (s.contains("enum")) {
-      for (const Json& e : s["enum"])
-        if (e == v) return true;
-      return false;
+      bool found = false;
+      for (const Json& e : s["enum"]) found = found || e == v;
+      if (!found) return false;
     }
+    if ((s.contains("const") || s.contains("enum")) && !s.contains("type")) return true;
     for (const char* k : {"anyOf", "oneOf"}) {
       if (!s.contains(k)) continue;
       for (const Json& sub : s[k])
@@ -216,6 +217,7 @@ TEST(JsonSchemaValidate, GrammarAgreesWithValidator) {
       R"({"$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"},
            "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
            "required": ["value"], "additionalProperties": false}}, "$ref": "#/$defs/node"})",
+      R"({"type": "object", "properties": {"e": {"type": ["string", "null"], "enum": ["a", 2, null, "b"]}, "c": {"type": "integer", "const": 2}}})",
       R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}},
          "required": ["a"], "additionalProperties": {"type": "string"}})",
   };
