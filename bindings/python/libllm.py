@@ -30,6 +30,10 @@ _SONAME = "libllm.so.0"
 
 
 def _load_library():
+    # An installed package (pip install ./bindings/python) carries libllm.so next to this file.
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libllm.so")
+    if os.path.exists(bundled):
+        return ctypes.CDLL(bundled)
     path = os.environ.get("LLM_LIB")
     if not path:
         libdir = os.environ.get("LLM_LIB_DIR")
