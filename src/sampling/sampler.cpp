@@ -41,8 +41,13 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab, const llm_sampling
     return best;
   }
 
-  cands_.resize(size_t(n_vocab));
-  for (int32_t i = 0; i < n_vocab; ++i) cands_[size_t(i)] = {l[i], i};
+  // Tokens at -inf (masked by a grammar) have probability 0 exactly: leaving
+  // them out changes no draw and spares sorting them.
+  cands_.clear();
+  cands_.reserve(size_t(n_vocab));
+  for (int32_t i = 0; i < n_vocab; ++i)
+    if (l[i] != -INFINITY) cands_.push_back({l[i], i});
+  if (cands_.empty()) cands_.push_back({l[0], 0});
   auto by_logit = [](const Cand& a, const Cand& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
   size_t n = cands_.size();
   if (s.top_k > 0 && size_t(s.top_k) < n) {
