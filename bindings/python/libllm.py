@@ -17,15 +17,17 @@ once its last session is closed.
 import ctypes
 import os
 import threading
+from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
 from ctypes import POINTER, byref, c_char, c_char_p, c_double, c_float, c_int, c_int32, c_size_t, c_uint8, \
     c_uint32, c_uint64, c_void_p
 
 __all__ = [
     "Status", "LlmError", "Device", "KvType", "LogLevel", "Model", "Session", "Sampling", "Detokenizer",
-    "Piece", "decode_batch", "version", "version_string", "HEADER_VERSION",
+    "Piece", "decode_batch", "version", "version_string", "HEADER_VERSION", "Grammar", "TextStream",
+    "chat_render", "json_schema_to_gbnf",
 ]
 
-HEADER_VERSION = 0 * 10000 + 1 * 100 + 0  # LLM_VERSION_NUMBER of the header this file mirrors
+HEADER_VERSION = 0 * 10000 + 2 * 100 + 0  # LLM_VERSION_NUMBER of the header this file mirrors
 _SONAME = "libllm.so.0"
 
 
@@ -151,6 +153,14 @@ class _SessionStats(ctypes.Structure):
     ]
 
 
+class _ChatMessage(ctypes.Structure):
+    _fields_ = [("role", c_char_p), ("content", c_char_p)]
+
+
+class _ChatParams(ctypes.Structure):
+    _fields_ = [("struct_size", c_uint32), ("template_source", c_char_p), ("add_generation_prompt", c_int32)]
+
+
 def _declare(name, restype, *argtypes):
     f = getattr(_lib, name)
     f.restype = restype
@@ -193,6 +203,24 @@ _session_stats = _declare("llm_session_stats", _status, c_void_p, POINTER(_Sessi
 _session_fork = _declare("llm_session_fork", _status, c_void_p, POINTER(c_void_p))
 _session_save = _declare("llm_session_save", _status, c_void_p, c_void_p, c_size_t, POINTER(c_size_t))
 _session_restore = _declare("llm_session_restore", _status, c_void_p, c_char_p, c_size_t, POINTER(c_void_p))
+_chat_params_init = _declare("llm_chat_params_init", None, POINTER(_ChatParams))
+_chat_render = _declare("llm_chat_render", _status, c_void_p, POINTER(_ChatMessage), c_size_t, POINTER(_ChatParams),
+                        POINTER(c_char), c_size_t, POINTER(c_size_t))
+_model_chat_template = _declare("llm_model_chat_template", _status, c_void_p, POINTER(c_char), c_size_t,
+                                POINTER(c_size_t))
+_grammar_create = _declare("llm_grammar_create", _status, c_void_p, c_char_p, c_char_p, POINTER(c_void_p))
+_grammar_from_json_schema = _declare("llm_grammar_from_json_schema", _status, c_void_p, c_char_p, POINTER(c_void_p))
+_json_schema_to_gbnf = _declare("llm_json_schema_to_gbnf", _status, c_char_p, POINTER(c_char), c_size_t,
+                                POINTER(c_size_t))
+_grammar_free = _declare("llm_grammar_free", None, c_void_p)
+_text_stream_create = _declare("llm_text_stream_create", _status, c_void_p, POINTER(c_char_p), c_size_t,
+                               POINTER(c_void_p))
+_text_stream_push = _declare("llm_text_stream_push", _status, c_void_p, llm_token, POINTER(c_char), c_size_t,
+                             POINTER(c_size_t), POINTER(c_int32))
+_text_stream_flush = _declare("llm_text_stream_flush", _status, c_void_p, POINTER(c_char), c_size_t,
+                              POINTER(c_size_t))
+_text_stream_reset = _declare("llm_text_stream_reset", _status, c_void_p)
+_text_stream_free = _declare("llm_text_stream_free", None, c_void_p)
 
 
 class LlmError(Exception):
@@ -227,6 +255,20 @@ def _grow(initial, call):
         return buf.raw[:n.value]
 
 
+def _grow_cstr(initial, call):
+    """_grow for calls that write a NUL-terminated string: room for the NUL too."""
+    cap = max(initial, 1)
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        n = c_size_t(0)
+        st = call(buf, cap, byref(n))
+        if st == Status.BUFFER_TOO_SMALL:
+            cap = max(n.value + 1, cap * 2)
+            continue
+        _check(st)
+        return buf.raw[:n.value]
+
+
 def version():
     """Run-time LLM_VERSION_NUMBER of the loaded library."""
     return _version()
@@ -237,7 +279,9 @@ def version_string():
 
 
 class Sampling:
-    """llm_sampling; the defaults come from llm_sampling_init (greedy)."""
+    """llm_sampling; the defaults come from llm_sampling_init (greedy).
+    grammar: an optional Grammar that constrains the tokens (it must stay
+    open while decode_step uses it; the Sampling keeps it referenced)."""
 
     def __init__(self, **fields):
         raw = _Sampling()
@@ -249,6 +293,7 @@ class Sampling:
         self.repeat_penalty = raw.repeat_penalty
         self.seed = raw.seed
         self.repeat_last_n = raw.repeat_last_n
+        self.grammar = None  # type: Optional[Grammar]
         for k, v in fields.items():
             if not hasattr(self, k):
                 raise TypeError("unknown sampling field %r" % k)
@@ -260,6 +305,10 @@ class Sampling:
         raw.struct_size = ctypes.sizeof(_Sampling)
         for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "seed", "repeat_last_n"):
             setattr(raw, k, getattr(self, k))
+        if self.grammar is not None:
+            if not isinstance(self.grammar, Grammar):
+                raise TypeError("Sampling.grammar is %s, not a libllm.Grammar" % type(self.grammar).__name__)
+            raw.grammar = self.grammar._handle()
         return raw
 
 
@@ -421,6 +470,28 @@ class Model:
     def detokenizer(self, prev_token=-1):
         return Detokenizer(self, prev_token)
 
+    def chat_render(self, messages: Iterable[Union[Mapping[str, str], Tuple[str, str]]],
+                    add_generation_prompt: bool = True, template: Optional[str] = None) -> str:
+        """The conversation as prompt text (llm_chat_render) through `template`
+        (Jinja2 source), or the model's own template when None. Messages are
+        {"role": ..., "content": ...} mappings or (role, content) pairs. The
+        text usually starts with the BOS text: tokenize it with
+        add_bos=False, parse_special=True. A model without a template (and no
+        built-in that fits) raises LlmError with Status.UNSUPPORTED."""
+        return _render(self._open_handle(), messages, add_generation_prompt, template)
+
+    def chat_template(self) -> str:
+        """The Jinja2 template chat_render uses when none is passed: the
+        file's, or the built-in one. LlmError UNSUPPORTED if there is none."""
+        h = self._open_handle()
+        return _grow_cstr(4096, lambda buf, cap, n: _model_chat_template(h, buf, cap, n)).decode("utf-8", "replace")
+
+    def grammar(self, gbnf: str, root: str = "root") -> "Grammar":
+        return Grammar(self, gbnf, root)
+
+    def text_stream(self, stops: Sequence[str] = ()) -> "TextStream":
+        return TextStream(self, stops)
+
     def session(self, max_tokens=0, window=0, n_sink=None, kv_type=KvType.F16):
         return Session(self, max_tokens=max_tokens, window=window, n_sink=n_sink, kv_type=kv_type)
 
@@ -460,6 +531,167 @@ class Detokenizer:
 
     def flush(self):
         return _grow(16, lambda buf, cap, n: _detok_flush(byref(self._state), buf, cap, n)).decode("utf-8", "replace")
+
+
+def _render(model_ptr, messages, add_generation_prompt, template):
+    items = []
+    for m in messages:
+        role, content = (m["role"], m["content"]) if isinstance(m, Mapping) else m
+        items.append((role.encode("utf-8"), content.encode("utf-8")))
+    arr = (_ChatMessage * max(len(items), 1))()
+    for i, (role, content) in enumerate(items):
+        arr[i].role = role
+        arr[i].content = content
+    params = _ChatParams()
+    _chat_params_init(byref(params))
+    params.add_generation_prompt = 1 if add_generation_prompt else 0
+    if template is not None:
+        params.template_source = template.encode("utf-8")
+    size = sum(len(r) + len(c) for r, c in items) + 256
+    raw = _grow_cstr(size, lambda buf, cap, n: _chat_render(model_ptr, arr, len(items), byref(params), buf, cap, n))
+    return raw.decode("utf-8", "replace")
+
+
+def chat_render(messages: Iterable[Union[Mapping[str, str], Tuple[str, str]]], template: str,
+                add_generation_prompt: bool = True) -> str:
+    """Model.chat_render without a model: `template` is required, and
+    bos_token and eos_token are ""."""
+    if template is None:
+        raise LlmError(Status.INVALID_ARGUMENT, "chat_render without a model needs a template")
+    return _render(None, messages, add_generation_prompt, template)
+
+
+def json_schema_to_gbnf(schema: Union[str, Mapping[str, Any]]) -> str:
+    """The GBNF text Grammar.from_json_schema compiles for `schema` (a JSON
+    string, or a dict that is serialised with json.dumps)."""
+    data = _schema_bytes(schema)
+    return _grow_cstr(4096, lambda buf, cap, n: _json_schema_to_gbnf(data, buf, cap, n)).decode("utf-8", "replace")
+
+
+def _schema_bytes(schema):
+    if not isinstance(schema, str):
+        import json
+        schema = json.dumps(schema)
+    return schema.encode("utf-8")
+
+
+class Grammar:
+    """A compiled grammar bound to a model's vocabulary (llm_grammar):
+    immutable, shareable by many sessions and threads. Pass it as
+    Sampling(grammar=g). It does not keep the model alive (the C grammar is
+    independent of the model once created). Close it, or use it as a context
+    manager, when no decode_step uses it any more. A syntax error raises
+    LlmError INVALID_ARGUMENT whose message names the line and column."""
+
+    def __init__(self, model: Model, gbnf: str, root: str = "root"):
+        out = c_void_p()
+        _check(_grammar_create(model._open_handle(), gbnf.encode("utf-8"),
+                               root.encode("utf-8") if root is not None else None, byref(out)))
+        self._ptr = out.value
+
+    @classmethod
+    def from_json_schema(cls, model: Model, schema: Union[str, Mapping[str, Any]]) -> "Grammar":
+        """The grammar of the JSON texts `schema` accepts (a JSON string or a
+        dict; the subset of docs/GRAMMAR.md)."""
+        out = c_void_p()
+        _check(_grammar_from_json_schema(model._open_handle(), _schema_bytes(schema), byref(out)))
+        g = cls.__new__(cls)
+        g._ptr = out.value
+        return g
+
+    def _handle(self):
+        if self._ptr is None:
+            raise LlmError(Status.INVALID_ARGUMENT, "grammar is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        """Frees the grammar. It must not be in use by a running call. Idempotent."""
+        ptr, self._ptr = self._ptr, None
+        if ptr is not None:
+            _grammar_free(ptr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_ptr", None) is not None:
+            self.close()
+
+
+class TextStream:
+    """Generated tokens to text to show (llm_text_stream): complete UTF-8
+    only, stop strings found across token boundaries (the text before a stop
+    is delivered, the stop and what follows never are), and an
+    end-of-generation token ends the stream. One thread at a time. Keeps its
+    model alive."""
+
+    def __init__(self, model: Model, stops: Sequence[str] = ()):
+        encoded = [st.encode("utf-8") for st in stops]
+        arr = (c_char_p * max(len(encoded), 1))(*encoded)
+        model._acquire()
+        out = c_void_p()
+        try:
+            _check(_text_stream_create(model._handle(), arr, len(encoded), byref(out)))
+        except BaseException:
+            model._release()
+            raise
+        self._model = model
+        self._ptr = out.value
+        self._cap = 256 + 3 * max([len(e) for e in encoded] + [0])
+        self.stopped = False
+
+    def _handle(self):
+        if self._ptr is None:
+            raise LlmError(Status.INVALID_ARGUMENT, "text stream is closed")
+        return self._ptr
+
+    def push(self, token: int) -> Tuple[str, bool]:
+        """Feeds one generated token: (text now safe to show, stopped). Once
+        stopped is True (a stop string or an end-of-generation token), later
+        pushes return ("", True)."""
+        h = self._handle()
+        while True:
+            buf = ctypes.create_string_buffer(self._cap)
+            n = c_size_t(0)
+            stopped = c_int32(0)
+            st = _text_stream_push(h, token, buf, self._cap, byref(n), byref(stopped))
+            if st == Status.BUFFER_TOO_SMALL and n.value > self._cap:
+                self._cap = n.value  # the stream is unchanged on this status
+                continue
+            _check(st)
+            self.stopped = stopped.value != 0
+            return buf.raw[:n.value].decode("utf-8", "replace"), self.stopped
+
+    def flush(self) -> str:
+        """Ends the stream: the text still held back (a partial stop string is
+        text after all; an unfinished character becomes U+FFFD)."""
+        h = self._handle()
+        return _grow(self._cap, lambda buf, cap, n: _text_stream_flush(h, buf, cap, n)).decode("utf-8", "replace")
+
+    def reset(self) -> None:
+        """Starts over with the same stops."""
+        _check(_text_stream_reset(self._handle()))
+        self.stopped = False
+
+    def close(self) -> None:
+        """Frees the stream and releases its model reference. Idempotent."""
+        ptr, self._ptr = self._ptr, None
+        if ptr is not None:
+            _text_stream_free(ptr)
+            self._model._release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_ptr", None) is not None:
+            self.close()
 
 
 class Session:

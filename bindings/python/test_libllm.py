@@ -25,18 +25,21 @@ def load_stories(**kw):
 class VersionAndLayout(unittest.TestCase):
     def test_version(self):
         self.assertEqual(libllm.version(), libllm.HEADER_VERSION)
-        self.assertEqual(libllm.version_string(), "0.1.0")
+        self.assertEqual(libllm.version_string(), "0.2.0")
 
     def test_struct_sizes(self):
         # x86-64 / LP64 values pinned by tests/abi/layout_test.cpp.
         import ctypes
         sizes = {libllm._LoadParams: 64, libllm._ModelProperties: 112, libllm._DetokState: 16,
-                 libllm._SessionParams: 40, libllm._Sampling: 48, libllm._SessionStats: 80}
+                 libllm._SessionParams: 40, libllm._Sampling: 48, libllm._SessionStats: 80,
+                 libllm._ChatMessage: 16, libllm._ChatParams: 24}
         for struct, size in sizes.items():
             self.assertEqual(ctypes.sizeof(struct), size, struct.__name__)
         self.assertEqual(libllm._ModelProperties.architecture.offset, 64)
         self.assertEqual(libllm._SessionParams.cancel.offset, 24)
         self.assertEqual(libllm._SessionStats.n_evicted.offset, 72)
+        self.assertEqual(libllm._Sampling.grammar.offset, 40)
+        self.assertEqual(libllm._ChatParams.add_generation_prompt.offset, 16)
 
 
 class Reference(unittest.TestCase):
@@ -268,6 +271,133 @@ class Lifetime(unittest.TestCase):
             cancelled = True
         # A library that reports progress must honour the cancel request.
         self.assertEqual(cancelled, bool(calls))
+
+
+# A ChatML-like template in the subset llm_chat_render runs.
+CHATML = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+YES_NO = 'root ::= ("yes" | "no") "."'
+
+
+def generate_ids(model, prompt, sampling, max_tokens):
+    """Greedy/sampled ids after prompt, up to and including an end-of-generation token."""
+    with model.session() as s:
+        s.prefill(model.tokenize(prompt))
+        ids = []
+        for _ in range(max_tokens):
+            ids.append(s.decode_step(sampling))
+            if model.is_eog(ids[-1]):
+                break
+        return ids
+
+
+class Chat(unittest.TestCase):
+    MESSAGES = [{"role": "system", "content": "Be brief."}, ("user", "Hi!")]
+
+    def test_render_without_model(self):
+        text = libllm.chat_render(self.MESSAGES, CHATML)
+        self.assertEqual(text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
+                               "<|im_start|>assistant\n")
+        text = libllm.chat_render(self.MESSAGES, CHATML, add_generation_prompt=False)
+        self.assertFalse(text.endswith("assistant\n"))
+        with self.assertRaises(libllm.LlmError) as e:
+            libllm.chat_render(self.MESSAGES, "{% for m in messages %}{{ m['role'] }")
+        self.assertEqual(e.exception.status, libllm.Status.INVALID_ARGUMENT)
+
+    def test_render_with_model(self):
+        with load_stories() as m:
+            text = m.chat_render(self.MESSAGES, template="{{ bos_token }}" + CHATML + "{{ eos_token }}")
+            self.assertTrue(text.startswith("<s><s><|im_start|>system\n"), text)
+            self.assertTrue(text.endswith("<|im_start|>assistant\n</s>"), text)
+            # A long conversation exercises the buffer-too-small retry.
+            many = [("user", "x" * 1000)] * 20
+            self.assertEqual(len(m.chat_render(many, template=CHATML)), 3 + 20 * (17 + 1000 + 11) + 22)
+
+    def test_model_without_template(self):
+        with load_stories() as m:
+            for call in (m.chat_template, lambda: m.chat_render(self.MESSAGES)):
+                with self.assertRaises(libllm.LlmError) as e:
+                    call()
+                self.assertEqual(e.exception.status, libllm.Status.UNSUPPORTED)
+
+
+class Grammars(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = load_stories()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model.close()
+
+    def test_yes_no(self):
+        with libllm.Grammar(self.model, YES_NO) as g:
+            ids = generate_ids(self.model, "Once upon a time", libllm.Sampling(grammar=g), 32)
+            self.assertTrue(self.model.is_eog(ids[-1]), ids)
+            self.assertIn(self.model.detokenize(ids[:-1]).strip(), ("yes.", "no."))
+            # The same grammar from many sessions, and with temperature.
+            ids = generate_ids(self.model, "Lily", libllm.Sampling(grammar=g, temperature=1.0, seed=7), 32)
+            self.assertIn(self.model.detokenize(ids[:-1]).strip(), ("yes.", "no."))
+
+    def test_json_schema(self):
+        schema = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                                   "name": {"type": "string", "maxLength": 6}},
+                  "required": ["ok", "name"], "additionalProperties": False}
+        gbnf = libllm.json_schema_to_gbnf(schema)
+        self.assertIn("root", gbnf)
+        with libllm.Grammar.from_json_schema(self.model, json.dumps(schema)) as g:
+            ids = generate_ids(self.model, "Once upon a time", libllm.Sampling(grammar=g), 200)
+            self.assertTrue(self.model.is_eog(ids[-1]), ids)
+            value = json.loads(self.model.detokenize(ids[:-1]))
+            self.assertEqual(sorted(value), ["name", "ok"])
+            self.assertIsInstance(value["ok"], bool)
+            self.assertLessEqual(len(value["name"]), 6)
+
+    def test_errors(self):
+        with self.assertRaises(libllm.LlmError) as e:
+            libllm.Grammar(self.model, 'root ::= "a"\nitem ::= ( "b"')
+        self.assertEqual(e.exception.status, libllm.Status.INVALID_ARGUMENT)
+        self.assertIn("line 2", e.exception.message)
+        with self.assertRaises(libllm.LlmError) as e:
+            libllm.Grammar.from_json_schema(self.model, '{"type": ')
+        self.assertEqual(e.exception.status, libllm.Status.INVALID_ARGUMENT)
+        g = libllm.Grammar(self.model, 'start ::= "x"', root="start")
+        g.close()
+        g.close()
+        with self.assertRaises(libllm.LlmError):
+            libllm.Sampling(grammar=g)._raw()
+
+
+class TextStreams(unittest.TestCase):
+    def test_stop_across_tokens(self):
+        with load_stories() as m:
+            ids = REF["generated_token_ids"]
+            text = REF["generated_text"]
+            # A stop string that begins inside the 10th piece and ends inside the 11th.
+            cut = len(m.detokenize(REF["prompt_token_ids"] + ids[:10])) - len(REF["prompt"])
+            stop = text[cut - 2:cut + 2]
+            self.assertEqual(len(stop), 4)
+            want = text[:text.find(stop)]
+            with m.text_stream([stop, "never seen"]) as ts:
+                got, n = "", 0
+                for tok in ids:
+                    piece, stopped = ts.push(tok)
+                    got += piece
+                    n += 1
+                    if stopped:
+                        break
+                self.assertTrue(ts.stopped)
+                self.assertEqual(got, want)
+                self.assertLessEqual(n, 11 + len(stop))
+                self.assertEqual(ts.push(ids[0]), ("", True))
+                ts.reset()
+                got = "".join(ts.push(tok)[0] for tok in ids[:5]) + ts.flush()
+                self.assertEqual(got, m.detokenize(REF["prompt_token_ids"] + ids[:5])[len(REF["prompt"]):])
+            with m.text_stream() as ts:
+                self.assertEqual(ts.push(m.info()["eos"]), ("", True))
+            with self.assertRaises(libllm.LlmError) as e:
+                m.text_stream([""])
+            self.assertEqual(e.exception.status, libllm.Status.INVALID_ARGUMENT)
 
 
 if __name__ == "__main__":
