@@ -242,7 +242,9 @@ class Scheduler {
     {
       std::lock_guard<std::mutex> l(mu_);
       if (stopping_) return Submit::kShuttingDown;
-      if (queue_.size() >= size_t(opt_.queue)) return Submit::kQueueFull;
+      // Free slots count as room too: with --queue 0 a request still runs when one is free.
+      const int64_t free_slots = std::max<int64_t>(0, opt_.parallel - metrics_.active.load());
+      if (int64_t(queue_.size()) >= opt_.queue + free_slots) return Submit::kQueueFull;
       queue_.push_back(job);
       metrics_.queue_depth = int64_t(queue_.size());
     }
@@ -553,6 +555,10 @@ void Scheduler::update_kv_gauge() {
 }
 
 // ---------------------------------------------------------------- the server
+
+class Server;
+std::atomic<bool> g_signalled{false};      // SIGINT/SIGTERM arrived
+std::atomic<Server*> g_server{nullptr};    // the server to stop, once it exists
 
 class Server {
  public:
@@ -1072,7 +1078,7 @@ int Server::run() {
   if (!bound) {
     std::fprintf(stderr, "llm-server: cannot listen on %s:%d\n", opt_.host.c_str(), opt_.port);
     rc = 1;
-  } else if (!stopping_) {
+  } else if (!stopping_ && !g_signalled) {
     std::fprintf(stderr, "llm-server: listening on http://%s:%d (model '%s', context %u, parallel %d, queue %d)\n",
                  opt_.host.c_str(), port, opt_.model_name.c_str(), ctx_, opt_.parallel, opt_.queue);
     std::fflush(stderr);
@@ -1157,16 +1163,36 @@ int main(int argc, char** argv) {
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  signal(SIGINT, SIG_DFL);  // a shell starts background jobs with SIGINT ignored; sigwait wants it
+  signal(SIGTERM, SIG_DFL);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  std::atomic<bool> exiting{false};
+  std::thread sig_thread([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (exiting) return;
+    std::fprintf(stderr, "llm-server: signal %d, shutting down\n", sig);
+    g_signalled = true;
+    if (Server* s = g_server.load()) s->stop();
+  });
+  auto end_sig_thread = [&] {
+    exiting = true;
+    if (!g_signalled) kill(getpid(), SIGTERM);  // wakes sig_thread's sigwait
+    sig_thread.join();
+  };
 
   llm_load_params lp;
   llm_load_params_init(&lp);
   lp.n_threads = opt.threads;
+  lp.progress = [](float, void*) { return g_signalled.load() ? 1 : 0; };
   lp.kv_budget_bytes = opt.kv_budget_mib << 20;
   llm_model* model = nullptr;
   llm_status st = llm_load(opt.model_path.c_str(), &lp, &model);
   if (st != LLM_OK) {
+    end_sig_thread();
+    if (st == LLM_ERR_CANCELLED) return 0;  // a signal during the load
     std::fprintf(stderr, "llm-server: load '%s': %s (%s)\n", opt.model_path.c_str(), llm_status_string(st),
                  llm_last_error());
     return 1;
@@ -1174,25 +1200,16 @@ int main(int argc, char** argv) {
   llm_model_properties props;
   props.struct_size = sizeof props;
   llm_model_info(model, &props);
-  uint32_t ctx = opt.ctx ? opt.ctx : std::min<uint32_t>(4096, props.context_length);
+  uint32_t ctx = opt.ctx ? opt.ctx : props.context_length ? std::min<uint32_t>(4096, props.context_length) : 4096;
   if (props.context_length && ctx > props.context_length) ctx = props.context_length;
 
   int rc;
   {
     auto server = std::make_unique<Server>(model, opt, ctx, tpl);
-    std::atomic<bool> signalled{false}, exiting{false};
-    std::thread sig_thread([&] {
-      int sig = 0;
-      sigwait(&sigs, &sig);
-      if (exiting) return;
-      signalled = true;
-      std::fprintf(stderr, "llm-server: signal %d, shutting down\n", sig);
-      server->stop();
-    });
+    g_server = server.get();  // before run() reads g_signalled: one of the two sees the other
     rc = server->run();
-    exiting = true;
-    if (!signalled) kill(getpid(), SIGTERM);  // wakes sig_thread's sigwait
-    sig_thread.join();
+    end_sig_thread();
+    g_server = nullptr;
   }
   llm_model_free(model);
   if (rc == 0) std::fprintf(stderr, "llm-server: stopped\n");
