@@ -15,7 +15,7 @@
 namespace llm::chat::detail {
 namespace {
 
-constexpr int kMaxNesting = 100;  // expression and block nesting (bounds the parser's stack)
+constexpr int kMaxNesting = 300;  // parser recursion units: ~3 per bracket level, 1 per block (bounds the stack)
 
 [[noreturn]] void fail_at(llm_status status, Pos p, const char* fmt, ...)
 #if defined(__GNUC__)

@@ -18,6 +18,22 @@ namespace {
 
 constexpr size_t kMaxListItems = size_t(1) << 20;
 
+// Macro recursion is bounded by max_depth and also by the stack it uses, so
+// that a render on a thread with a small stack (512 KiB is common) cannot
+// overflow it. A macro level takes about 4 KiB; sanitizers make frames larger.
+#if defined(__SANITIZE_ADDRESS__)
+#define LLM_CHAT_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LLM_CHAT_SANITIZED 1
+#endif
+#endif
+#ifdef LLM_CHAT_SANITIZED
+constexpr uintptr_t kStackBudget = uintptr_t(2) << 20;
+#else
+constexpr uintptr_t kStackBudget = uintptr_t(192) << 10;
+#endif
+
 enum class Flow { Normal, Break, Continue };
 
 using Frame = std::vector<std::pair<std::string, Value>>;
@@ -245,6 +261,8 @@ class Renderer {
   }
 
   std::string run(const Program& prog, const std::vector<Message>& msgs) {
+    char base = 0;
+    stack_base_ = reinterpret_cast<uintptr_t>(&base);
     Frame globals;
     List ml;
     for (const auto& m : msgs) {
@@ -456,6 +474,11 @@ class Renderer {
 
   Value call_macro(const Stmt& m, Frame& closure, CallArgs& a, const Pos& p) {
     if (++depth_ > opt_.max_depth) fail(p, "template exceeded max_depth (" + std::to_string(opt_.max_depth) + ")");
+    char here = 0;
+    const uintptr_t at = reinterpret_cast<uintptr_t>(&here);
+    if (stack_base_ > at && stack_base_ - at > kStackBudget)
+      fail(p, "template exceeded max_depth (its macro calls nest " + std::to_string(depth_) +
+                  " deep and would use more than " + std::to_string(kStackBudget >> 10) + " KiB of stack)");
     if (a.pos.size() > m.params.size())
       fail(p, "macro '" + m.text + "' takes not more than " + std::to_string(m.params.size()) + " argument(s)");
     Frame f;
@@ -1456,6 +1479,7 @@ class Renderer {
   Arena* saved_arena_;
   uint64_t steps_ = 0;
   int depth_ = 0;
+  uintptr_t stack_base_ = 0;
   Frame* globals_ = nullptr;
   std::vector<Frame*> scopes_;
 };

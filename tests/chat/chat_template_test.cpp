@@ -658,7 +658,14 @@ TEST(ChatTemplates, BoundsStopRunawayTemplates) {
   EXPECT_EQ(render("{% set ns = namespace(l=[]) %}{% for i in range(200000) %}{% set ns.l = [ns.l] %}{% endfor %}ok"),
             "ok");
   EXPECT_EQ(render("{{ 'abc'[1::9223372036854775807] }}{{ 'abc'[::-9223372036854775807] }}"), "bc");
-  // Deep nesting is refused when compiling, before it can exhaust the stack.
+  // Deep nesting is refused when compiling, before it can exhaust the stack;
+  // ordinary depths compile.
+  EXPECT_EQ(render("{{ " + std::string(90, '(') + "1" + std::string(90, ')') + " }}"), "1");
+  std::string ifs;
+  for (int k = 0; k < 200; ++k) ifs += "{% if true %}";
+  ifs += "x";
+  for (int k = 0; k < 200; ++k) ifs += "{% endif %}";
+  EXPECT_EQ(render(ifs), "x");
   const std::string deep = "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
   EXPECT_NE(error_of(deep).find("nested too deeply"), std::string::npos);
   std::string deep_ifs;
