@@ -866,6 +866,8 @@ def decode_batch(sessions, sampling=None):
         if not isinstance(s, Session):
             raise TypeError("sessions[%d] is %s, not a libllm.Session" % (i, type(s).__name__))
     n = len(sessions)
+    if n == 0:
+        return []  # nothing to do (and llm_decode_batch 0.2.0 reads sessions[0] even for n == 0)
     ptrs = (c_void_p * n)(*[s._handle() for s in sessions])
     # -1 first: the library may reject the call before it writes them.
     out = (llm_token * n)(*([-1] * n))

@@ -557,6 +557,40 @@ impl Model {
     pub fn detokenizer(&self, prev: Option<Token>) -> Detokenizer {
         Detokenizer::new(self, prev)
     }
+
+    /// Renders a conversation into prompt text (`llm_chat_render`) through
+    /// `template` (Jinja2 source), or the model's own template when None.
+    /// The text usually begins with the BOS text: tokenize it with
+    /// `TokenizeFlags::PARSE_SPECIAL` and without `ADD_BOS`. A model without
+    /// a template (and no built-in that fits) gives [`Status::Unsupported`];
+    /// a malformed template [`Status::InvalidArgument`] with line and column.
+    pub fn chat_render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        template: Option<&str>,
+    ) -> Result<String> {
+        render(self.as_ptr(), messages, add_generation_prompt, template)
+    }
+
+    /// The template [`chat_render`](Model::chat_render) uses when none is
+    /// passed: the file's, or the built-in one ([`Status::Unsupported`] if none).
+    pub fn chat_template(&self) -> Result<String> {
+        let model = self.as_ptr();
+        cstr_with_growing_buffer(4096, |buf, cap, len| unsafe {
+            sys::llm_model_chat_template(model, buf, cap, len)
+        })
+    }
+
+    /// A GBNF grammar whose start rule is `root` ([`Grammar::with_root`]).
+    pub fn grammar(&self, gbnf: &str) -> Result<Grammar> {
+        Grammar::new(self, gbnf)
+    }
+
+    /// A text stream ending at any of `stops` ([`StopStream::new`]).
+    pub fn stop_stream<S: AsRef<str>>(&self, stops: &[S]) -> Result<StopStream> {
+        StopStream::new(self, stops)
+    }
 }
 
 /// Turns a token stream into text, emitting only complete UTF-8 sequences
@@ -608,6 +642,282 @@ impl Detokenizer {
             sys::llm_detok_flush(state, buf as *mut c_char, cap, needed)
         })?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+/// One message of a conversation (`llm_chat_message`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChatMessage {
+    /// "system", "user", "assistant", ...
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+
+    pub fn system(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("system", content)
+    }
+
+    pub fn user(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("user", content)
+    }
+
+    pub fn assistant(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("assistant", content)
+    }
+}
+
+fn cstring(text: &str, what: &str) -> Result<CString> {
+    CString::new(text).map_err(|_| Error::new(Status::InvalidArgument, format!("{} contains a NUL byte", what)))
+}
+
+/// Calls `f(buf, capacity, &mut length)` for a NUL-terminated string until it fits.
+fn cstr_with_growing_buffer(
+    initial: usize,
+    mut f: impl FnMut(*mut c_char, usize, &mut usize) -> sys::llm_status,
+) -> Result<String> {
+    let mut buf: Vec<u8> = vec![0; initial.max(1)];
+    loop {
+        let mut len = 0usize;
+        let code = f(buf.as_mut_ptr() as *mut c_char, buf.len(), &mut len);
+        if code == sys::LLM_ERR_BUFFER_TOO_SMALL {
+            let bigger = (len + 1).max(buf.len() * 2);
+            buf.resize(bigger, 0);
+            continue;
+        }
+        check(code)?;
+        buf.truncate(len);
+        return Ok(String::from_utf8_lossy(&buf).into_owned());
+    }
+}
+
+fn render(
+    model: *const sys::llm_model,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    template: Option<&str>,
+) -> Result<String> {
+    let mut owned = Vec::with_capacity(messages.len());
+    for m in messages {
+        owned.push((cstring(&m.role, "a role")?, cstring(&m.content, "a message")?));
+    }
+    let raw: Vec<sys::llm_chat_message> = owned
+        .iter()
+        .map(|(role, content)| sys::llm_chat_message {
+            role: role.as_ptr(),
+            content: content.as_ptr(),
+        })
+        .collect();
+    let template = match template {
+        Some(t) => Some(cstring(t, "the template")?),
+        None => None,
+    };
+    let mut params = std::mem::MaybeUninit::<sys::llm_chat_params>::zeroed();
+    let mut params = unsafe {
+        sys::llm_chat_params_init(params.as_mut_ptr());
+        params.assume_init()
+    };
+    params.struct_size = std::mem::size_of::<sys::llm_chat_params>() as u32;
+    params.add_generation_prompt = add_generation_prompt as i32;
+    params.template_source = template.as_ref().map_or(ptr::null(), |t| t.as_ptr());
+    let size = messages.iter().map(|m| m.role.len() + m.content.len()).sum::<usize>() + 256;
+    cstr_with_growing_buffer(size, |buf, cap, len| unsafe {
+        sys::llm_chat_render(model, raw.as_ptr(), raw.len(), &params, buf, cap, len)
+    })
+}
+
+/// [`Model::chat_render`] without a model: `bos_token` and `eos_token` are "".
+pub fn chat_render(messages: &[ChatMessage], template: &str, add_generation_prompt: bool) -> Result<String> {
+    render(ptr::null(), messages, add_generation_prompt, Some(template))
+}
+
+/// The GBNF text [`Grammar::from_json_schema`] compiles for `schema_json`.
+pub fn json_schema_to_gbnf(schema_json: &str) -> Result<String> {
+    let schema = cstring(schema_json, "the schema")?;
+    cstr_with_growing_buffer(4096, |buf, cap, len| unsafe {
+        sys::llm_json_schema_to_gbnf(schema.as_ptr(), buf, cap, len)
+    })
+}
+
+/// A compiled grammar bound to a model's vocabulary (`llm_grammar`):
+/// immutable, `Send + Sync`, usable by many sessions at once through
+/// [`Sampling::grammar`]. Freed on drop. It does not need the model to
+/// stay alive.
+pub struct Grammar {
+    raw: NonNull<sys::llm_grammar>,
+}
+
+// The C contract: a grammar is immutable and shareable by threads.
+unsafe impl Send for Grammar {}
+unsafe impl Sync for Grammar {}
+
+impl Drop for Grammar {
+    fn drop(&mut self) {
+        // Sampling borrows the grammar, so no decode_step is using it here.
+        unsafe { sys::llm_grammar_free(self.raw.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for Grammar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Grammar").field("raw", &self.raw).finish()
+    }
+}
+
+/// Two grammars are equal when they are the same object.
+impl PartialEq for Grammar {
+    fn eq(&self, other: &Grammar) -> bool {
+        self.raw == other.raw
+    }
+}
+
+impl Grammar {
+    /// Compiles a GBNF grammar whose start rule is `root`. A syntax error
+    /// gives [`Status::InvalidArgument`] with the line and column.
+    pub fn new(model: &Model, gbnf: &str) -> Result<Grammar> {
+        Grammar::with_root(model, gbnf, "root")
+    }
+
+    /// Compiles a GBNF grammar whose start rule is `root`.
+    pub fn with_root(model: &Model, gbnf: &str, root: &str) -> Result<Grammar> {
+        let gbnf = cstring(gbnf, "the grammar")?;
+        let root = cstring(root, "the root rule")?;
+        let mut out: *mut sys::llm_grammar = ptr::null_mut();
+        check(unsafe { sys::llm_grammar_create(model.as_ptr(), gbnf.as_ptr(), root.as_ptr(), &mut out) })?;
+        Grammar::wrap(out)
+    }
+
+    /// The grammar of the JSON texts a JSON Schema accepts (the subset of
+    /// docs/GRAMMAR.md; others give [`Status::InvalidArgument`]).
+    pub fn from_json_schema(model: &Model, schema_json: &str) -> Result<Grammar> {
+        let schema = cstring(schema_json, "the schema")?;
+        let mut out: *mut sys::llm_grammar = ptr::null_mut();
+        check(unsafe { sys::llm_grammar_from_json_schema(model.as_ptr(), schema.as_ptr(), &mut out) })?;
+        Grammar::wrap(out)
+    }
+
+    fn wrap(out: *mut sys::llm_grammar) -> Result<Grammar> {
+        let raw = NonNull::new(out)
+            .ok_or_else(|| Error::new(Status::Internal, "the library returned LLM_OK and a NULL grammar"))?;
+        Ok(Grammar { raw })
+    }
+
+    /// The C handle, for calls this crate does not wrap. Valid while `self` lives.
+    pub fn as_ptr(&self) -> *const sys::llm_grammar {
+        self.raw.as_ptr()
+    }
+}
+
+/// Generated tokens to text to show (`llm_text_stream`): complete UTF-8
+/// only, stop strings found across token boundaries (the text before a stop
+/// is delivered; the stop and everything after it never are), and an
+/// end-of-generation token ends the stream. `Send`, not `Sync`; holds a
+/// reference to its model.
+pub struct StopStream {
+    raw: NonNull<sys::llm_text_stream>,
+    model: Model,
+    buf: Vec<u8>,
+    stopped: bool,
+}
+
+unsafe impl Send for StopStream {}
+
+impl Drop for StopStream {
+    fn drop(&mut self) {
+        unsafe { sys::llm_text_stream_free(self.raw.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for StopStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StopStream")
+            .field("raw", &self.raw)
+            .field("stopped", &self.stopped)
+            .finish()
+    }
+}
+
+impl StopStream {
+    /// A stream for `model` that ends at any of `stops` (non-empty, at most
+    /// 64 of at most 1024 bytes each, else [`Status::InvalidArgument`]).
+    pub fn new<S: AsRef<str>>(model: &Model, stops: &[S]) -> Result<StopStream> {
+        let mut owned = Vec::with_capacity(stops.len());
+        for stop in stops {
+            owned.push(cstring(stop.as_ref(), "a stop string")?);
+        }
+        let ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+        let mut out: *mut sys::llm_text_stream = ptr::null_mut();
+        check(unsafe { sys::llm_text_stream_create(model.as_ptr(), ptrs.as_ptr(), ptrs.len(), &mut out) })?;
+        let raw = NonNull::new(out)
+            .ok_or_else(|| Error::new(Status::Internal, "llm_text_stream_create returned LLM_OK and NULL"))?;
+        let longest = owned.iter().map(|c| c.as_bytes().len()).max().unwrap_or(0);
+        Ok(StopStream {
+            raw,
+            model: model.clone(),
+            buf: vec![0; 256 + 3 * longest],
+            stopped: false,
+        })
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Feeds one generated token: the text that became safe to show (often
+    /// empty while a stop string may be starting), and whether the stream
+    /// has ended (a stop string or an end-of-generation token; later pushes
+    /// give no text).
+    pub fn push(&mut self, token: Token) -> Result<(String, bool)> {
+        loop {
+            let mut len = 0usize;
+            let mut stopped = 0i32;
+            let code = unsafe {
+                sys::llm_text_stream_push(
+                    self.raw.as_ptr(),
+                    token,
+                    self.buf.as_mut_ptr() as *mut c_char,
+                    self.buf.len(),
+                    &mut len,
+                    &mut stopped,
+                )
+            };
+            if code == sys::LLM_ERR_BUFFER_TOO_SMALL && len > self.buf.len() {
+                self.buf.resize(len, 0); // the stream is unchanged on this status
+                continue;
+            }
+            check(code)?;
+            self.stopped = stopped != 0;
+            return Ok((String::from_utf8_lossy(&self.buf[..len]).into_owned(), self.stopped));
+        }
+    }
+
+    /// True once a stop string or an end-of-generation token ended the stream.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Ends the stream: the text still held back (a partial stop string is
+    /// text after all; an unfinished character becomes U+FFFD).
+    pub fn flush(&mut self) -> Result<String> {
+        let raw = self.raw.as_ptr();
+        let bytes = with_growing_buffer::<u8>(self.buf.len(), |buf, cap, len| unsafe {
+            sys::llm_text_stream_flush(raw, buf as *mut c_char, cap, len)
+        })?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Starts over with the same stops.
+    pub fn reset(&mut self) -> Result<()> {
+        check(unsafe { sys::llm_text_stream_reset(self.raw.as_ptr()) })?;
+        self.stopped = false;
+        Ok(())
     }
 }
 
@@ -666,8 +976,12 @@ impl SessionParams {
 }
 
 /// Sampling settings (`llm_sampling`). The default is greedy.
+///
+/// `grammar` borrows a [`Grammar`] for as long as the settings live, so the
+/// grammar outlives every `decode_step` that uses it (an `Arc<Grammar>`
+/// lends one with `Some(&arc)`).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sampling {
+pub struct Sampling<'g> {
     /// <= 0: greedy.
     pub temperature: f32,
     /// <= 0: off.
@@ -680,9 +994,12 @@ pub struct Sampling {
     pub repeat_penalty: f32,
     pub seed: u64,
     pub repeat_last_n: i32,
+    /// Tokens the grammar forbids get probability 0; once it has ended only
+    /// end-of-generation tokens remain. None: no constraint.
+    pub grammar: Option<&'g Grammar>,
 }
 
-impl Default for Sampling {
+impl Default for Sampling<'_> {
     fn default() -> Self {
         let raw = Sampling::raw_defaults();
         Sampling {
@@ -693,13 +1010,14 @@ impl Default for Sampling {
             repeat_penalty: raw.repeat_penalty,
             seed: raw.seed,
             repeat_last_n: raw.repeat_last_n,
+            grammar: None,
         }
     }
 }
 
-impl Sampling {
+impl<'g> Sampling<'g> {
     /// Argmax (lowest id on ties): the library's defaults.
-    pub fn greedy() -> Sampling {
+    pub fn greedy() -> Sampling<'g> {
         Sampling::default()
     }
 
@@ -721,6 +1039,7 @@ impl Sampling {
         raw.repeat_penalty = self.repeat_penalty;
         raw.seed = self.seed;
         raw.repeat_last_n = self.repeat_last_n;
+        raw.grammar = self.grammar.map_or(ptr::null(), |g| g.as_ptr());
         raw
     }
 }
@@ -916,6 +1235,9 @@ impl Session {
                 format!("{} tokens for {} sessions", tokens.len(), sessions.len()),
             ));
         }
+        if sessions.is_empty() {
+            return Ok(()); // nothing to do (and llm_decode_batch 0.2.0 reads sessions[0] even for n == 0)
+        }
         let raw = sampling.to_raw();
         let ptrs: Vec<*mut sys::llm_session> = sessions.iter().map(|s| s.raw.as_ptr()).collect();
         for t in tokens.iter_mut() {
@@ -982,7 +1304,7 @@ impl Session {
 
     /// Streams up to `max_tokens` generated tokens with their text, stopping
     /// early at an end-of-generation token. The session must hold a prompt.
-    pub fn stream(&mut self, max_tokens: usize, sampling: Sampling) -> TextStream<'_> {
+    pub fn stream<'s>(&'s mut self, max_tokens: usize, sampling: Sampling<'s>) -> TextStream<'s> {
         let detok = Detokenizer::new(&self.model, self.last_token);
         TextStream {
             session: self,
@@ -994,7 +1316,12 @@ impl Session {
     }
 
     /// Tokenizes `prompt` (with BOS), prefills it and streams the continuation.
-    pub fn generate(&mut self, prompt: &str, max_tokens: usize, sampling: Sampling) -> Result<TextStream<'_>> {
+    pub fn generate<'s>(
+        &'s mut self,
+        prompt: &str,
+        max_tokens: usize,
+        sampling: Sampling<'s>,
+    ) -> Result<TextStream<'s>> {
         let tokens = self.model.tokenize(prompt, true)?;
         self.prefill(&tokens)?;
         Ok(self.stream(max_tokens, sampling))
@@ -1017,7 +1344,7 @@ pub struct Piece {
 pub struct TextStream<'s> {
     session: &'s mut Session,
     detok: Detokenizer,
-    sampling: Sampling,
+    sampling: Sampling<'s>,
     remaining: usize,
     done: bool,
 }

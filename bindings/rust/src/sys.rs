@@ -21,6 +21,14 @@ pub struct llm_model {
 pub struct llm_session {
     _opaque: [u8; 0],
 }
+#[repr(C)]
+pub struct llm_grammar {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct llm_text_stream {
+    _opaque: [u8; 0],
+}
 
 pub const LLM_OK: llm_status = 0;
 pub const LLM_ERR_INVALID_ARGUMENT: llm_status = 1;
@@ -56,7 +64,7 @@ pub const LLM_TOKENIZE_ADD_BOS: u32 = 1;
 pub const LLM_TOKENIZE_PARSE_SPECIAL: u32 = 2;
 
 pub const LLM_VERSION_MAJOR: u32 = 0;
-pub const LLM_VERSION_MINOR: u32 = 1;
+pub const LLM_VERSION_MINOR: u32 = 2;
 pub const LLM_VERSION_PATCH: u32 = 0;
 pub const LLM_VERSION_NUMBER: u32 = LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH;
 
@@ -133,7 +141,22 @@ pub struct llm_sampling {
     pub repeat_penalty: f32,
     pub seed: u64,
     pub repeat_last_n: i32,
-    pub grammar: *const c_void,
+    pub grammar: *const llm_grammar,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct llm_chat_message {
+    pub role: *const c_char,
+    pub content: *const c_char,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct llm_chat_params {
+    pub struct_size: u32,
+    pub template_source: *const c_char,
+    pub add_generation_prompt: i32,
 }
 
 #[repr(C)]
@@ -243,4 +266,63 @@ extern "C" {
         length: usize,
         out_session: *mut *mut llm_session,
     ) -> llm_status;
+
+    pub fn llm_chat_params_init(params: *mut llm_chat_params);
+    pub fn llm_chat_render(
+        model: *const llm_model,
+        messages: *const llm_chat_message,
+        n_messages: usize,
+        params: *const llm_chat_params,
+        buf: *mut c_char,
+        capacity: usize,
+        length: *mut usize,
+    ) -> llm_status;
+    pub fn llm_model_chat_template(
+        model: *const llm_model,
+        buf: *mut c_char,
+        capacity: usize,
+        length: *mut usize,
+    ) -> llm_status;
+
+    pub fn llm_grammar_create(
+        model: *const llm_model,
+        gbnf: *const c_char,
+        root: *const c_char,
+        out_grammar: *mut *mut llm_grammar,
+    ) -> llm_status;
+    pub fn llm_grammar_from_json_schema(
+        model: *const llm_model,
+        schema_json: *const c_char,
+        out_grammar: *mut *mut llm_grammar,
+    ) -> llm_status;
+    pub fn llm_json_schema_to_gbnf(
+        schema_json: *const c_char,
+        buf: *mut c_char,
+        capacity: usize,
+        length: *mut usize,
+    ) -> llm_status;
+    pub fn llm_grammar_free(grammar: *mut llm_grammar);
+
+    pub fn llm_text_stream_create(
+        model: *const llm_model,
+        stops: *const *const c_char,
+        n_stops: usize,
+        out_stream: *mut *mut llm_text_stream,
+    ) -> llm_status;
+    pub fn llm_text_stream_push(
+        stream: *mut llm_text_stream,
+        token: llm_token,
+        buf: *mut c_char,
+        capacity: usize,
+        length: *mut usize,
+        stopped: *mut i32,
+    ) -> llm_status;
+    pub fn llm_text_stream_flush(
+        stream: *mut llm_text_stream,
+        buf: *mut c_char,
+        capacity: usize,
+        length: *mut usize,
+    ) -> llm_status;
+    pub fn llm_text_stream_reset(stream: *mut llm_text_stream) -> llm_status;
+    pub fn llm_text_stream_free(stream: *mut llm_text_stream);
 }

@@ -61,6 +61,8 @@ fn struct_layouts_match_c() {
     assert_eq!(size_of::<sys::llm_session_params>(), 40);
     assert_eq!(size_of::<sys::llm_sampling>(), 48);
     assert_eq!(size_of::<sys::llm_session_stats_t>(), 80);
+    assert_eq!(size_of::<sys::llm_chat_message>(), 16);
+    assert_eq!(size_of::<sys::llm_chat_params>(), 24);
 }
 
 #[test]
