@@ -123,6 +123,27 @@ func growBytes(initial int, f func(buf *C.char, capacity C.size_t, length *C.siz
 	}
 }
 
+// growString is growBytes for calls that write a NUL-terminated string.
+func growString(initial int, f func(buf *C.char, capacity C.size_t, length *C.size_t) C.llm_status) (string, error) {
+	buf := make([]byte, initial+1)
+	for {
+		var n C.size_t
+		err := call(func() C.llm_status { return f((*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &n) })
+		if errors.Is(err, ErrBufferTooSmall) {
+			size := 2 * len(buf)
+			if int(n)+1 > size {
+				size = int(n) + 1
+			}
+			buf = make([]byte, size)
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return string(buf[:int(n)]), nil
+	}
+}
+
 // Version is the run-time LLM_VERSION_NUMBER of the linked library.
 func Version() uint32 { return uint32(C.llm_version()) }
 
@@ -632,6 +653,10 @@ type Sampling struct {
 	RepeatPenalty float32 // 1: off
 	Seed          uint64
 	RepeatLastN   int32
+	// Grammar constrains the tokens (nil: none). Tokens it forbids get
+	// probability 0; once it has ended only end-of-generation tokens remain.
+	// It may be shared by many sessions; Close waits for calls using it.
+	Grammar *Grammar
 }
 
 // DefaultSampling returns the library's defaults (greedy).
@@ -660,11 +685,28 @@ func (sp *Sampling) toC() C.llm_sampling {
 	return c
 }
 
+// withC runs f with the C settings. A grammar stays open (Close waits) until f returns.
+func (sp *Sampling) withC(f func(c *C.llm_sampling) error) error {
+	c := sp.toC()
+	if sp != nil && sp.Grammar != nil {
+		g := sp.Grammar
+		g.mu.RLock()
+		defer g.mu.RUnlock()
+		if g.ptr == nil {
+			return ErrClosed
+		}
+		c.grammar = g.ptr
+	}
+	return f(&c)
+}
+
 // DecodeStep returns the next token; sp == nil is greedy.
 func (s *Session) DecodeStep(sp *Sampling) (Token, error) {
-	c := sp.toC()
 	var tok C.llm_token
-	if err := s.do(func(p *C.llm_session) C.llm_status { return C.llm_decode_step(p, &c, &tok) }); err != nil {
+	err := sp.withC(func(c *C.llm_sampling) error {
+		return s.do(func(p *C.llm_session) C.llm_status { return C.llm_decode_step(p, c, &tok) })
+	})
+	if err != nil {
 		return -1, err
 	}
 	s.last = Token(tok)
@@ -698,9 +740,10 @@ func DecodeBatch(sessions []*Session, sp *Sampling) ([]Token, error) {
 	for i := range tokens {
 		tokens[i] = -1 // the library may reject the call before it writes them
 	}
-	c := sp.toC()
-	err := call(func() C.llm_status {
-		return C.llm_decode_batch(&ptrs[0], C.size_t(len(ptrs)), &c, (*C.llm_token)(unsafe.Pointer(&tokens[0])))
+	err := sp.withC(func(c *C.llm_sampling) error {
+		return call(func() C.llm_status {
+			return C.llm_decode_batch(&ptrs[0], C.size_t(len(ptrs)), c, (*C.llm_token)(unsafe.Pointer(&tokens[0])))
+		})
 	})
 	// Sessions that advanced (also before a failure) continue their streams after their token.
 	for i, tok := range tokens {
@@ -878,5 +921,266 @@ func cStructSizes() map[string]uintptr {
 		"llm_session_params":   unsafe.Sizeof(C.llm_session_params{}),
 		"llm_sampling":         unsafe.Sizeof(C.llm_sampling{}),
 		"llm_session_stats_t":  unsafe.Sizeof(C.llm_session_stats_t{}),
+		"llm_chat_message":     unsafe.Sizeof(C.llm_chat_message{}),
+		"llm_chat_params":      unsafe.Sizeof(C.llm_chat_params{}),
 	}
+}
+
+// ---------------------------------------------------------------- chat
+
+// ChatMessage is one message of a conversation.
+type ChatMessage struct {
+	Role    string // "system", "user", "assistant", ...
+	Content string
+}
+
+func render(mp *C.llm_model, messages []ChatMessage, addGenerationPrompt bool, template string) (string, error) {
+	// The messages and their strings live in C memory for the call.
+	var cm *C.llm_chat_message
+	if len(messages) > 0 {
+		cm = (*C.llm_chat_message)(C.calloc(C.size_t(len(messages)), C.size_t(unsafe.Sizeof(C.llm_chat_message{}))))
+		defer C.free(unsafe.Pointer(cm))
+	}
+	arr := unsafe.Slice(cm, len(messages))
+	size := 256
+	for i, msg := range messages {
+		arr[i].role = C.CString(msg.Role)
+		arr[i].content = C.CString(msg.Content)
+		defer C.free(unsafe.Pointer(arr[i].role))
+		defer C.free(unsafe.Pointer(arr[i].content))
+		size += len(msg.Role) + len(msg.Content)
+	}
+	var p C.llm_chat_params
+	C.llm_chat_params_init(&p)
+	p.add_generation_prompt = 0
+	if addGenerationPrompt {
+		p.add_generation_prompt = 1
+	}
+	if template != "" {
+		p.template_source = C.CString(template)
+		defer C.free(unsafe.Pointer(p.template_source))
+	}
+	return growString(size, func(buf *C.char, capacity C.size_t, length *C.size_t) C.llm_status {
+		return C.llm_chat_render(mp, cm, C.size_t(len(messages)), &p, buf, capacity, length)
+	})
+}
+
+// ChatRender renders a conversation into prompt text through template (Jinja2
+// source), or the model's own template when template is "". The text usually
+// begins with the BOS text: tokenize it with parseSpecial and without addBOS.
+// A model without a template (and no built-in that fits) gives
+// ErrUnsupported; a malformed template ErrInvalidArgument with line and column.
+func (m *Model) ChatRender(messages []ChatMessage, addGenerationPrompt bool, template string) (string, error) {
+	var out string
+	err := m.withOpen(func(mp *C.llm_model) error {
+		var err error
+		out, err = render(mp, messages, addGenerationPrompt, template)
+		return err
+	})
+	return out, err
+}
+
+// ChatRender without a model: template is required; bos_token and eos_token are "".
+func ChatRender(messages []ChatMessage, addGenerationPrompt bool, template string) (string, error) {
+	if template == "" {
+		return "", &Error{Status: StatusInvalidArgument, Message: "ChatRender without a model needs a template"}
+	}
+	return render(nil, messages, addGenerationPrompt, template)
+}
+
+// ChatTemplate returns the template ChatRender uses when none is passed: the
+// file's, or the built-in one (ErrUnsupported if there is none).
+func (m *Model) ChatTemplate() (string, error) {
+	var out string
+	err := m.withOpen(func(mp *C.llm_model) error {
+		var err error
+		out, err = growString(4096, func(buf *C.char, capacity C.size_t, length *C.size_t) C.llm_status {
+			return C.llm_model_chat_template(mp, buf, capacity, length)
+		})
+		return err
+	})
+	return out, err
+}
+
+// ---------------------------------------------------------------- grammars
+
+// Grammar is a compiled grammar bound to a model's vocabulary: immutable and
+// safe for concurrent use by many sessions (Sampling.Grammar). It does not
+// need its model to stay open. Close it, or leave it to the finalizer.
+type Grammar struct {
+	mu  sync.RWMutex // write-held only while freeing; read-held by calls using it
+	ptr *C.llm_grammar
+}
+
+func newGrammar(ptr *C.llm_grammar) *Grammar {
+	g := &Grammar{ptr: ptr}
+	runtime.SetFinalizer(g, func(g *Grammar) { g.Close() })
+	return g
+}
+
+// NewGrammar compiles a GBNF grammar whose start rule is root ("" = "root").
+// A syntax error gives ErrInvalidArgument with the line and column.
+func (m *Model) NewGrammar(gbnf, root string) (*Grammar, error) {
+	cg := C.CString(gbnf)
+	defer C.free(unsafe.Pointer(cg))
+	var cr *C.char
+	if root != "" {
+		cr = C.CString(root)
+		defer C.free(unsafe.Pointer(cr))
+	}
+	var out *C.llm_grammar
+	err := m.withOpen(func(mp *C.llm_model) error {
+		return call(func() C.llm_status { return C.llm_grammar_create(mp, cg, cr, &out) })
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newGrammar(out), nil
+}
+
+// NewJSONSchemaGrammar compiles a JSON Schema (the subset of docs/GRAMMAR.md)
+// into the grammar of the JSON texts it accepts.
+func (m *Model) NewJSONSchemaGrammar(schema string) (*Grammar, error) {
+	cs := C.CString(schema)
+	defer C.free(unsafe.Pointer(cs))
+	var out *C.llm_grammar
+	err := m.withOpen(func(mp *C.llm_model) error {
+		return call(func() C.llm_status { return C.llm_grammar_from_json_schema(mp, cs, &out) })
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newGrammar(out), nil
+}
+
+// JSONSchemaToGBNF returns the GBNF text NewJSONSchemaGrammar compiles for schema.
+func JSONSchemaToGBNF(schema string) (string, error) {
+	cs := C.CString(schema)
+	defer C.free(unsafe.Pointer(cs))
+	return growString(4096, func(buf *C.char, capacity C.size_t, length *C.size_t) C.llm_status {
+		return C.llm_json_schema_to_gbnf(cs, buf, capacity, length)
+	})
+}
+
+// Close frees the grammar once no call uses it. Closing twice is a no-op;
+// a Sampling with a closed grammar gives ErrClosed.
+func (g *Grammar) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ptr != nil {
+		C.llm_grammar_free(g.ptr)
+		g.ptr = nil
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- text streams
+
+// TextStream turns generated tokens into text to show: complete UTF-8 only,
+// stop strings found across token boundaries (the text before a stop is
+// delivered; the stop and everything after it never are), and an
+// end-of-generation token ends the stream. Not safe for concurrent use.
+// It keeps its model alive until Close.
+type TextStream struct {
+	model   *Model
+	ptr     *C.llm_text_stream
+	buf     []byte
+	stopped bool
+}
+
+// NewTextStream creates a stream that ends at any of stops (non-empty, at
+// most 64 of at most 1024 bytes each, else ErrInvalidArgument).
+func (m *Model) NewTextStream(stops []string) (*TextStream, error) {
+	var cs **C.char
+	longest := 0
+	if len(stops) > 0 {
+		cs = (**C.char)(C.calloc(C.size_t(len(stops)), C.size_t(unsafe.Sizeof((*C.char)(nil)))))
+		defer C.free(unsafe.Pointer(cs))
+		arr := unsafe.Slice(cs, len(stops))
+		for i, stop := range stops {
+			arr[i] = C.CString(stop)
+			defer C.free(unsafe.Pointer(arr[i]))
+			if len(stop) > longest {
+				longest = len(stop)
+			}
+		}
+	}
+	var out *C.llm_text_stream
+	err := m.withOpen(func(mp *C.llm_model) error {
+		if err := call(func() C.llm_status { return C.llm_text_stream_create(mp, cs, C.size_t(len(stops)), &out) }); err != nil {
+			return err
+		}
+		atomic.AddInt32(&m.refs, 1) // under the read lock, so release cannot free meanwhile
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	t := &TextStream{model: m, ptr: out, buf: make([]byte, 256+3*longest)}
+	runtime.SetFinalizer(t, func(t *TextStream) { t.Close() })
+	return t, nil
+}
+
+// Push feeds one generated token and returns the text that became safe to
+// show (often "" while a stop string may be starting) and whether the
+// stream has ended (a stop string or an end-of-generation token; later
+// pushes return "", true).
+func (t *TextStream) Push(token Token) (string, bool, error) {
+	if t.ptr == nil {
+		return "", t.stopped, ErrClosed
+	}
+	for {
+		var n C.size_t
+		var stopped C.int32_t
+		err := call(func() C.llm_status {
+			return C.llm_text_stream_push(t.ptr, C.llm_token(token), (*C.char)(unsafe.Pointer(&t.buf[0])),
+				C.size_t(len(t.buf)), &n, &stopped)
+		})
+		if errors.Is(err, ErrBufferTooSmall) && int(n) > len(t.buf) {
+			t.buf = make([]byte, int(n)) // the stream is unchanged on this status
+			continue
+		}
+		if err != nil {
+			return "", t.stopped, err
+		}
+		t.stopped = stopped != 0
+		return string(t.buf[:int(n)]), t.stopped, nil
+	}
+}
+
+// Stopped reports whether a stop string or an end-of-generation token ended the stream.
+func (t *TextStream) Stopped() bool { return t.stopped }
+
+// Flush ends the stream: the text still held back (a partial stop string is
+// text after all; an unfinished character becomes U+FFFD).
+func (t *TextStream) Flush() (string, error) {
+	if t.ptr == nil {
+		return "", ErrClosed
+	}
+	out, err := growBytes(len(t.buf), func(buf *C.char, capacity C.size_t, length *C.size_t) C.llm_status {
+		return C.llm_text_stream_flush(t.ptr, buf, capacity, length)
+	})
+	return string(out), err
+}
+
+// Reset starts the stream over with the same stops.
+func (t *TextStream) Reset() error {
+	if t.ptr == nil {
+		return ErrClosed
+	}
+	err := call(func() C.llm_status { return C.llm_text_stream_reset(t.ptr) })
+	if err == nil {
+		t.stopped = false
+	}
+	return err
+}
+
+// Close frees the stream and releases its model reference. Closing twice is a no-op.
+func (t *TextStream) Close() error {
+	if t.ptr != nil {
+		C.llm_text_stream_free(t.ptr)
+		t.ptr = nil
+		t.model.release()
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -95,6 +96,7 @@ func TestStructSizes(t *testing.T) {
 	want := map[string]uintptr{
 		"llm_load_params": 64, "llm_model_properties": 112, "llm_detok_state": 16,
 		"llm_session_params": 40, "llm_sampling": 48, "llm_session_stats_t": 80,
+		"llm_chat_message": 16, "llm_chat_params": 24,
 	}
 	for name, size := range cStructSizes() {
 		if want[name] != size {
@@ -532,5 +534,236 @@ func TestDecodeBatchFailureKeepsAdvancedTokens(t *testing.T) {
 	// c is unchanged: its next token is the one its twin samples now.
 	if x, y := greedy(t, c, 1)[0], greedy(t, twinC, 1)[0]; x != y {
 		t.Fatalf("c advanced: %d vs %d", x, y)
+	}
+}
+
+// chatML is a ChatML-like template in the subset llm_chat_render runs.
+const chatML = "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n" +
+	"{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+
+var chatMessages = []ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi!"}}
+
+func TestChatRenderWithoutModel(t *testing.T) {
+	text, err := ChatRender(chatMessages, true, chatML)
+	want := "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
+	if err != nil || text != want {
+		t.Fatalf("ChatRender = %q, %v; want %q", text, err, want)
+	}
+	if text, err = ChatRender(chatMessages, false, chatML); err != nil || strings.HasSuffix(text, "assistant\n") {
+		t.Fatalf("without generation prompt: %q, %v", text, err)
+	}
+	if _, err = ChatRender(chatMessages, true, "{% for m in messages %}{{ m['role'] }"); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("malformed template: %v", err)
+	}
+}
+
+func TestChatRenderWithModel(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	text, err := m.ChatRender(chatMessages, true, "{{ bos_token }}"+chatML+"{{ eos_token }}")
+	if err != nil || !strings.HasPrefix(text, "<s><s><|im_start|>system\n") ||
+		!strings.HasSuffix(text, "<|im_start|>assistant\n</s>") {
+		t.Fatalf("ChatRender = %q, %v", text, err)
+	}
+	// A long conversation takes the buffer-too-small path.
+	many := make([]ChatMessage, 20)
+	for i := range many {
+		many[i] = ChatMessage{Role: "user", Content: strings.Repeat("x", 1000)}
+	}
+	if text, err = m.ChatRender(many, true, chatML); err != nil || len(text) != 3+20*(17+1000+11)+22 {
+		t.Fatalf("long conversation: %d bytes, %v", len(text), err)
+	}
+	// stories260K has no template and no built-in fits it.
+	if _, err = m.ChatTemplate(); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("ChatTemplate: %v", err)
+	}
+	if _, err = m.ChatRender(chatMessages, true, ""); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("ChatRender with the model's template: %v", err)
+	}
+}
+
+// generateIDs returns the tokens after prompt, up to and including an
+// end-of-generation token. It returns an error (no t.Fatal): goroutines call it.
+func generateIDs(m *Model, prompt string, sp *Sampling, maxTokens int) ([]Token, error) {
+	s, err := m.NewSession(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	ids, err := m.Tokenize(prompt, true, false)
+	if err == nil {
+		err = s.Prefill(ids)
+	}
+	var out []Token
+	for err == nil && len(out) < maxTokens {
+		var tok Token
+		if tok, err = s.DecodeStep(sp); err == nil {
+			out = append(out, tok)
+			if m.IsEOG(tok) {
+				break
+			}
+		}
+	}
+	if err == nil && len(out) == 0 {
+		err = errors.New("no tokens")
+	}
+	return out, err
+}
+
+func TestGrammarYesNo(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	g, err := m.NewGrammar(`root ::= ("yes" | "no") "."`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		sp := DefaultSampling()
+		sp.Grammar = g
+		if i > 0 { // the same grammar from goroutines, sampled
+			sp.Temperature, sp.Seed = 1, uint64(i)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids, err := generateIDs(m, "Once upon a time", &sp, 32)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			text, err := m.Detokenize(ids[:len(ids)-1])
+			if err != nil || !m.IsEOG(ids[len(ids)-1]) || (strings.TrimSpace(text) != "yes." && strings.TrimSpace(text) != "no.") {
+				t.Errorf("grammar output %q (%v), ids %v", text, err, ids)
+			}
+		}()
+	}
+	wg.Wait()
+	g.Close()
+	sp := DefaultSampling()
+	sp.Grammar = g
+	s, _ := m.NewSession(nil)
+	defer s.Close()
+	_ = s.Prefill([]Token{1})
+	if _, err := s.DecodeStep(&sp); !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed grammar: %v", err)
+	}
+}
+
+func TestGrammarJSONSchema(t *testing.T) {
+	schema := `{"type": "object", "properties": {"ok": {"type": "boolean"},
+		"name": {"type": "string", "maxLength": 6}}, "required": ["ok", "name"], "additionalProperties": false}`
+	if gbnf, err := JSONSchemaToGBNF(schema); err != nil || !strings.Contains(gbnf, "root") {
+		t.Fatalf("JSONSchemaToGBNF = %q, %v", gbnf, err)
+	}
+	m := loadStories(t)
+	defer m.Close()
+	g, err := m.NewJSONSchemaGrammar(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	sp := DefaultSampling()
+	sp.Grammar = g
+	ids, err := generateIDs(m, "Once upon a time", &sp, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.IsEOG(ids[len(ids)-1]) {
+		t.Fatalf("no end of generation: %v", ids)
+	}
+	text, _ := m.Detokenize(ids[:len(ids)-1])
+	var v struct {
+		OK   *bool   `json:"ok"`
+		Name *string `json:"name"`
+	}
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil || v.OK == nil || v.Name == nil || len(*v.Name) > 6 {
+		t.Fatalf("output %q does not match the schema: %v", text, err)
+	}
+}
+
+func TestGrammarErrors(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	_, err := m.NewGrammar("root ::= \"a\"\nitem ::= ( \"b\"", "")
+	var e *Error
+	if !errors.As(err, &e) || e.Status != StatusInvalidArgument || !strings.Contains(e.Message, "line 2") {
+		t.Fatalf("bad GBNF: %v", err)
+	}
+	if _, err = m.NewJSONSchemaGrammar(`{"type": `); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("bad schema: %v", err)
+	}
+	g, err := m.NewGrammar(`start ::= "x"`, "start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	g.Close()
+}
+
+func TestTextStreamStopAcrossTokens(t *testing.T) {
+	ref := loadReference(t)
+	m := loadStories(t)
+	defer m.Close()
+	ids, text := ref.GeneratedTokenIDs, ref.GeneratedText
+	// A stop string that begins inside the 10th piece and ends inside the 11th.
+	prefix, err := m.Detokenize(append(append([]Token{}, ref.PromptTokenIDs...), ids[:10]...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := len(prefix) - len(ref.Prompt)
+	stop := text[cut-2 : cut+2]
+	want := text[:strings.Index(text, stop)]
+
+	ts, err := m.NewTextStream([]string{stop, "never seen"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	got := ""
+	for _, tok := range ids {
+		piece, stopped, err := ts.Push(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += piece
+		if stopped {
+			break
+		}
+	}
+	if !ts.Stopped() || got != want {
+		t.Fatalf("stream text %q (stopped %v), want %q", got, ts.Stopped(), want)
+	}
+	if piece, stopped, err := ts.Push(ids[0]); piece != "" || !stopped || err != nil {
+		t.Fatalf("push after the stop: %q %v %v", piece, stopped, err)
+	}
+	if err := ts.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	got = ""
+	for _, tok := range ids[:5] {
+		piece, _, _ := ts.Push(tok)
+		got += piece
+	}
+	rest, err := ts.Flush()
+	five, _ := m.Detokenize(append(append([]Token{}, ref.PromptTokenIDs...), ids[:5]...))
+	if err != nil || got+rest != five[len(ref.Prompt):] {
+		t.Fatalf("after reset: %q, %v; want %q", got+rest, err, five[len(ref.Prompt):])
+	}
+
+	info, _ := m.Info()
+	plain, err := m.NewTextStream(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if piece, stopped, err := plain.Push(info.EOS); piece != "" || !stopped || err != nil {
+		t.Fatalf("EOS: %q %v %v", piece, stopped, err)
+	}
+	if _, err := m.NewTextStream([]string{""}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("empty stop: %v", err)
 	}
 }
