@@ -135,6 +135,21 @@ namespace LibLlm
         }
 
         [StructLayout(LayoutKind.Sequential)]
+        internal struct ChatMessage
+        {
+            public IntPtr role;    // NUL-terminated UTF-8 (HGlobal for the call)
+            public IntPtr content;
+        }
+
+        [StructLayout(LayoutKind.Sequential)]
+        internal struct ChatParams
+        {
+            public uint struct_size;
+            public IntPtr template_source;
+            public int add_generation_prompt;
+        }
+
+        [StructLayout(LayoutKind.Sequential)]
         internal struct SessionStats
         {
             public uint struct_size;
@@ -189,6 +204,25 @@ namespace LibLlm
                                                                      out UIntPtr length);
         [DllImport(Lib)] internal static extern int llm_session_restore(IntPtr model, byte[] buf, UIntPtr length,
                                                                         out IntPtr session);
+        [DllImport(Lib)] internal static extern void llm_chat_params_init(ref ChatParams p);
+        [DllImport(Lib)] internal static extern int llm_chat_render(IntPtr model, [In] ChatMessage[] messages, UIntPtr n,
+                                                                    ref ChatParams p, [Out] byte[] buf, UIntPtr capacity,
+                                                                    out UIntPtr length);
+        [DllImport(Lib)] internal static extern int llm_model_chat_template(IntPtr model, [Out] byte[] buf, UIntPtr capacity,
+                                                                            out UIntPtr length);
+        [DllImport(Lib)] internal static extern int llm_grammar_create(IntPtr model, byte[] gbnf, byte[] root, out IntPtr grammar);
+        [DllImport(Lib)] internal static extern int llm_grammar_from_json_schema(IntPtr model, byte[] schema, out IntPtr grammar);
+        [DllImport(Lib)] internal static extern int llm_json_schema_to_gbnf(byte[] schema, [Out] byte[] buf, UIntPtr capacity,
+                                                                            out UIntPtr length);
+        [DllImport(Lib)] internal static extern void llm_grammar_free(IntPtr grammar);
+        [DllImport(Lib)] internal static extern int llm_text_stream_create(IntPtr model, [In] IntPtr[] stops, UIntPtr n,
+                                                                           out IntPtr stream);
+        [DllImport(Lib)] internal static extern int llm_text_stream_push(IntPtr stream, int token, [Out] byte[] buf,
+                                                                         UIntPtr capacity, out UIntPtr length, out int stopped);
+        [DllImport(Lib)] internal static extern int llm_text_stream_flush(IntPtr stream, [Out] byte[] buf, UIntPtr capacity,
+                                                                          out UIntPtr length);
+        [DllImport(Lib)] internal static extern int llm_text_stream_reset(IntPtr stream);
+        [DllImport(Lib)] internal static extern void llm_text_stream_free(IntPtr stream);
 
         internal static string Utf8(IntPtr p)
         {
@@ -230,6 +264,34 @@ namespace LibLlm
                 return outBytes;
             }
         }
+
+        // Grow for calls that write a NUL-terminated string (room for the NUL too).
+        internal static string GrowString(int initial, BufferCall call)
+        {
+            var buf = new byte[Math.Max(initial, 1)];
+            while (true)
+            {
+                UIntPtr n;
+                int st = call(buf, (UIntPtr)buf.Length, out n);
+                if (st == (int)Status.BufferTooSmall) { buf = new byte[Math.Max((long)n + 1, 2L * buf.Length)]; continue; }
+                Check(st);
+                return Encoding.UTF8.GetString(buf, 0, (int)n);
+            }
+        }
+
+        // A NUL-terminated UTF-8 copy in unmanaged memory; free with Marshal.FreeHGlobal.
+        internal static IntPtr HGlobalUtf8(string s)
+        {
+            var z = Utf8Z(s);
+            IntPtr p = Marshal.AllocHGlobal(z.Length);
+            Marshal.Copy(z, 0, p, z.Length);
+            return p;
+        }
+
+        internal static void FreeAll(IntPtr[] ptrs)
+        {
+            foreach (var p in ptrs) if (p != IntPtr.Zero) Marshal.FreeHGlobal(p);
+        }
     }
 
     /// <summary>Owns an llm_model*. Freed when the owner and every session have released it.</summary>
@@ -261,12 +323,205 @@ namespace LibLlm
         }
     }
 
+    /// <summary>Owns an llm_grammar*. Calls that use the grammar hold a reference on it.</summary>
+    internal sealed class GrammarHandle : SafeHandle
+    {
+        internal GrammarHandle(IntPtr p) : base(IntPtr.Zero, true) { SetHandle(p); }
+        public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
+        protected override bool ReleaseHandle() { Native.llm_grammar_free(handle); return true; }
+    }
+
+    /// <summary>Owns an llm_text_stream* and one reference on its model handle.</summary>
+    internal sealed class TextStreamHandle : SafeHandle
+    {
+        private readonly ModelHandle model;
+
+        internal TextStreamHandle(IntPtr p, ModelHandle model) : base(IntPtr.Zero, true)
+        {
+            this.model = model; // the caller already did model.DangerousAddRef
+            SetHandle(p);
+        }
+        public override bool IsInvalid { get { return handle == IntPtr.Zero; } }
+        protected override bool ReleaseHandle()
+        {
+            Native.llm_text_stream_free(handle);
+            model.DangerousRelease();
+            return true;
+        }
+    }
+
     public static class Llm
     {
-        public const uint HeaderVersion = 0 * 10000 + 1 * 100 + 0; // LLM_VERSION_NUMBER mirrored here
+        public const uint HeaderVersion = 0 * 10000 + 2 * 100 + 0; // LLM_VERSION_NUMBER mirrored here
         public static uint Version { get { return Native.llm_version(); } }
         public static string VersionString { get { return Native.Utf8(Native.llm_version_string()); } }
         public static string StatusString(Status s) { return Native.Utf8(Native.llm_status_string((int)s)); }
+
+        /// <summary>Model.ChatRender without a model: template is required; bos_token and eos_token are "".</summary>
+        public static string ChatRender(IReadOnlyList<ChatMessage> messages, string template, bool addGenerationPrompt = true)
+        {
+            if (template == null) throw new ArgumentNullException("template");
+            return Model.Render(IntPtr.Zero, messages, addGenerationPrompt, template);
+        }
+    }
+
+    /// <summary>One message of a conversation (llm_chat_message).</summary>
+    public struct ChatMessage
+    {
+        public string Role;    // "system", "user", "assistant", ...
+        public string Content;
+
+        public ChatMessage(string role, string content) { Role = role; Content = content; }
+    }
+
+    /// <summary>
+    /// A compiled grammar bound to a model's vocabulary (llm_grammar): immutable and usable by many
+    /// sessions and threads at once through Sampling.Grammar. It does not need its model after
+    /// creation. Dispose waits for the calls using it; a disposed grammar in a Sampling throws
+    /// ObjectDisposedException.
+    /// </summary>
+    public sealed class Grammar : IDisposable
+    {
+        internal readonly GrammarHandle Handle;
+
+        private Grammar(IntPtr raw) { Handle = new GrammarHandle(raw); }
+
+        /// <summary>Compiles a GBNF grammar whose start rule is root. A syntax error throws
+        /// LlmException with Status.InvalidArgument and the line and column.</summary>
+        public Grammar(Model model, string gbnf, string root = "root")
+        {
+            if (model == null) throw new ArgumentNullException("model");
+            if (gbnf == null) throw new ArgumentNullException("gbnf");
+            var g = Native.Utf8Z(gbnf);
+            var r = root == null ? null : Native.Utf8Z(root);
+            Handle = new GrammarHandle(model.With(h =>
+            {
+                IntPtr raw;
+                Native.Check(Native.llm_grammar_create(h, g, r, out raw));
+                return raw;
+            }));
+        }
+
+        /// <summary>The grammar of the JSON texts a JSON Schema accepts (the subset of docs/GRAMMAR.md).</summary>
+        public static Grammar FromJsonSchema(Model model, string schema)
+        {
+            if (model == null) throw new ArgumentNullException("model");
+            if (schema == null) throw new ArgumentNullException("schema");
+            var sch = Native.Utf8Z(schema);
+            return new Grammar(model.With(h =>
+            {
+                IntPtr raw;
+                Native.Check(Native.llm_grammar_from_json_schema(h, sch, out raw));
+                return raw;
+            }));
+        }
+
+        /// <summary>The GBNF text FromJsonSchema compiles for schema.</summary>
+        public static string JsonSchemaToGbnf(string schema)
+        {
+            if (schema == null) throw new ArgumentNullException("schema");
+            var sch = Native.Utf8Z(schema);
+            return Native.GrowString(4096, (byte[] b, UIntPtr c, out UIntPtr n) => Native.llm_json_schema_to_gbnf(sch, b, c, out n));
+        }
+
+        public void Dispose() { Handle.Dispose(); }
+    }
+
+    /// <summary>
+    /// Generated tokens to text to show (llm_text_stream): complete UTF-8 only, stop strings found
+    /// across token boundaries (the text before a stop is delivered; the stop and everything after
+    /// it never are), and an end-of-generation token ends the stream. One thread at a time. Keeps
+    /// its model alive until disposed.
+    /// </summary>
+    public sealed class TextStream : IDisposable
+    {
+        private readonly TextStreamHandle handle;
+        private byte[] buf;
+
+        internal TextStream(ModelHandle model, IReadOnlyList<string> stops)
+        {
+            var ptrs = new IntPtr[stops.Count];
+            int longest = 0;
+            try
+            {
+                for (int i = 0; i < ptrs.Length; i++)
+                {
+                    if (stops[i] == null) throw new ArgumentNullException("stops", "element " + i + " is null");
+                    ptrs[i] = Native.HGlobalUtf8(stops[i]);
+                    longest = Math.Max(longest, Encoding.UTF8.GetByteCount(stops[i]));
+                }
+                bool added = false;
+                model.DangerousAddRef(ref added); // becomes the stream's model reference
+                IntPtr raw;
+                int st = Native.llm_text_stream_create(model.DangerousGetHandle(), ptrs, (UIntPtr)ptrs.Length, out raw);
+                if (st != 0)
+                {
+                    var e = new LlmException((Status)st, Native.Utf8(Native.llm_last_error()));
+                    model.DangerousRelease();
+                    throw e;
+                }
+                handle = new TextStreamHandle(raw, model);
+            }
+            finally
+            {
+                Native.FreeAll(ptrs);
+            }
+            buf = new byte[256 + 3 * longest];
+        }
+
+        /// <summary>True once a stop string or an end-of-generation token ended the stream.</summary>
+        public bool Stopped { get; private set; }
+
+        private IntPtr H
+        {
+            get
+            {
+                if (handle.IsClosed) throw new ObjectDisposedException("TextStream");
+                return handle.DangerousGetHandle();
+            }
+        }
+
+        /// <summary>Feeds one generated token; returns the text that became safe to show (often ""
+        /// while a stop string may be starting). stopped is true once the stream has ended; later
+        /// pushes return "".</summary>
+        public string Push(int token, out bool stopped)
+        {
+            IntPtr h = H;
+            while (true)
+            {
+                UIntPtr n;
+                int s;
+                int st = Native.llm_text_stream_push(h, token, buf, (UIntPtr)buf.Length, out n, out s);
+                if (st == (int)Status.BufferTooSmall && (long)n > buf.Length) { buf = new byte[(long)n]; continue; }
+                Native.Check(st);
+                Stopped = stopped = s != 0;
+                return Encoding.UTF8.GetString(buf, 0, (int)n);
+            }
+        }
+
+        /// <summary>Push without the out parameter; see Stopped.</summary>
+        public string Push(int token)
+        {
+            bool stopped;
+            return Push(token, out stopped);
+        }
+
+        /// <summary>Ends the stream: the text still held back (a partial stop string is text after
+        /// all; an unfinished character becomes U+FFFD).</summary>
+        public string Flush()
+        {
+            IntPtr h = H;
+            return Encoding.UTF8.GetString(Native.Grow(buf.Length, (byte[] b, UIntPtr c, out UIntPtr n) => Native.llm_text_stream_flush(h, b, c, out n)));
+        }
+
+        /// <summary>Starts over with the same stops.</summary>
+        public void Reset()
+        {
+            Native.Check(Native.llm_text_stream_reset(H));
+            Stopped = false;
+        }
+
+        public void Dispose() { handle.Dispose(); }
     }
 
     public sealed class LoadOptions
@@ -299,6 +554,9 @@ namespace LibLlm
         public float RepeatPenalty;
         public ulong Seed;
         public int RepeatLastN;
+        /// <summary>Constrains the tokens (null: none): tokens it forbids get probability 0; once it
+        /// has ended only end-of-generation tokens remain.</summary>
+        public Grammar Grammar;
 
         public static Sampling Default
         {
@@ -324,6 +582,20 @@ namespace LibLlm
             n.temperature = Temperature; n.top_k = TopK; n.top_p = TopP; n.min_p = MinP;
             n.repeat_penalty = RepeatPenalty; n.seed = Seed; n.repeat_last_n = RepeatLastN;
             return n;
+        }
+
+        // Sets n.grammar and holds a reference on the grammar until ReleaseGrammar
+        // (ObjectDisposedException if it was disposed).
+        internal void AddGrammar(ref Native.Sampling n, ref bool added)
+        {
+            if (Grammar == null) return;
+            Grammar.Handle.DangerousAddRef(ref added);
+            n.grammar = Grammar.Handle.DangerousGetHandle();
+        }
+
+        internal void ReleaseGrammar(bool added)
+        {
+            if (added) Grammar.Handle.DangerousRelease();
         }
     }
 
@@ -405,7 +677,7 @@ namespace LibLlm
         }
 
         // Runs f with the C model pinned alive; throws ObjectDisposedException after Dispose.
-        private T With<T>(Func<IntPtr, T> f)
+        internal T With<T>(Func<IntPtr, T> f)
         {
             bool added = false;
             try
@@ -482,6 +754,61 @@ namespace LibLlm
         {
             ThrowIfDisposed();
             return new Detokenizer(Handle, prevToken);
+        }
+
+        /// <summary>
+        /// The conversation as prompt text (llm_chat_render) through template (Jinja2 source), or the
+        /// model's own template when null. The text usually begins with the BOS text: tokenize it with
+        /// addBos false and parseSpecial true. A model without a template (and no built-in that fits)
+        /// throws LlmException with Status.Unsupported; a malformed template Status.InvalidArgument.
+        /// </summary>
+        public string ChatRender(IReadOnlyList<ChatMessage> messages, bool addGenerationPrompt = true, string template = null)
+        {
+            return With(h => Render(h, messages, addGenerationPrompt, template));
+        }
+
+        internal static string Render(IntPtr h, IReadOnlyList<ChatMessage> messages, bool addGenerationPrompt, string template)
+        {
+            if (messages == null) throw new ArgumentNullException("messages");
+            var native = new Native.ChatMessage[messages.Count];
+            var owned = new IntPtr[2 * messages.Count + 1];
+            try
+            {
+                int size = 256;
+                for (int i = 0; i < native.Length; i++)
+                {
+                    if (messages[i].Role == null || messages[i].Content == null)
+                        throw new ArgumentNullException("messages", "message " + i + " has a null field");
+                    native[i].role = owned[2 * i] = Native.HGlobalUtf8(messages[i].Role);
+                    native[i].content = owned[2 * i + 1] = Native.HGlobalUtf8(messages[i].Content);
+                    size += messages[i].Role.Length + 3 * messages[i].Content.Length;
+                }
+                var p = new Native.ChatParams();
+                Native.llm_chat_params_init(ref p);
+                p.add_generation_prompt = addGenerationPrompt ? 1 : 0;
+                if (template != null) p.template_source = owned[owned.Length - 1] = Native.HGlobalUtf8(template);
+                return Native.GrowString(size, (byte[] b, UIntPtr c, out UIntPtr n) =>
+                    Native.llm_chat_render(h, native, (UIntPtr)native.Length, ref p, b, c, out n));
+            }
+            finally
+            {
+                Native.FreeAll(owned);
+            }
+        }
+
+        /// <summary>The template ChatRender uses when none is passed: the file's, or the built-in one
+        /// (LlmException with Status.Unsupported if there is none).</summary>
+        public string ChatTemplate()
+        {
+            return With(h => Native.GrowString(4096, (byte[] b, UIntPtr c, out UIntPtr n) => Native.llm_model_chat_template(h, b, c, out n)));
+        }
+
+        /// <summary>A text stream that ends at any of stops (non-empty, at most 64 of at most 1024
+        /// bytes each, else LlmException with Status.InvalidArgument).</summary>
+        public TextStream CreateTextStream(params string[] stops)
+        {
+            ThrowIfDisposed();
+            return new TextStream(Handle, stops ?? new string[0]);
         }
 
         public Session CreateSession(SessionOptions options = null)
@@ -651,11 +978,21 @@ namespace LibLlm
 
         public int DecodeStep(Sampling? sampling = null)
         {
-            var s = (sampling ?? Sampling.Default).ToNative();
-            int token;
-            Native.Check(Native.llm_decode_step(H, ref s, out token));
-            last = token;
-            return token;
+            var sp = sampling ?? Sampling.Default;
+            var s = sp.ToNative();
+            bool grammarAdded = false;
+            try
+            {
+                sp.AddGrammar(ref s, ref grammarAdded);
+                int token;
+                Native.Check(Native.llm_decode_step(H, ref s, out token));
+                last = token;
+                return token;
+            }
+            finally
+            {
+                sp.ReleaseGrammar(grammarAdded);
+            }
         }
 
         /// <summary>
@@ -686,12 +1023,16 @@ namespace LibLlm
             if (tokens == null) throw new ArgumentNullException("tokens");
             if (tokens.Length != sessions.Count)
                 throw new ArgumentException(string.Format("{0} tokens for {1} sessions", tokens.Length, sessions.Count), "tokens");
-            var s = (sampling ?? Sampling.Default).ToNative();
+            if (sessions.Count == 0) return; // nothing to do (and llm_decode_batch 0.2.0 reads sessions[0] for n == 0)
+            var sp = sampling ?? Sampling.Default;
+            var s = sp.ToNative();
             var ptrs = new IntPtr[sessions.Count];
             var added = new bool[sessions.Count];
+            bool grammarAdded = false;
             for (int i = 0; i < tokens.Length; i++) tokens[i] = -1; // the library may reject the call before it writes them
             try
             {
+                sp.AddGrammar(ref s, ref grammarAdded);
                 // Each handle stays referenced for the call, so a Dispose meanwhile cannot free it.
                 for (int i = 0; i < ptrs.Length; i++)
                 {
@@ -709,6 +1050,7 @@ namespace LibLlm
             {
                 for (int i = 0; i < added.Length; i++)
                     if (added[i]) sessions[i].handle.DangerousRelease();
+                sp.ReleaseGrammar(grammarAdded);
             }
         }
 

@@ -72,7 +72,7 @@ public static class Tests
     public static void TestVersion()
     {
         Equal(Llm.HeaderVersion, Llm.Version, "llm_version");
-        Equal("0.1.0", Llm.VersionString, "llm_version_string");
+        Equal("0.2.0", Llm.VersionString, "llm_version_string");
     }
 
     public static void TestStructLayouts()
@@ -82,6 +82,7 @@ public static class Tests
         var sizes = new Dictionary<string, int> {
             { "LoadParams", 64 }, { "ModelProperties", 112 }, { "DetokState", 16 },
             { "SessionParams", 40 }, { "Sampling", 48 }, { "SessionStats", 80 },
+            { "ChatMessage", 16 }, { "ChatParams", 24 },
         };
         foreach (var kv in sizes)
         {
@@ -91,6 +92,9 @@ public static class Tests
         Equal(64, (int)Marshal.OffsetOf(asm.GetType("LibLlm.Native+ModelProperties"), "architecture"), "offsetof architecture");
         Equal(24, (int)Marshal.OffsetOf(asm.GetType("LibLlm.Native+SessionParams"), "cancel"), "offsetof cancel");
         Equal(72, (int)Marshal.OffsetOf(asm.GetType("LibLlm.Native+SessionStats"), "n_evicted"), "offsetof n_evicted");
+        Equal(40, (int)Marshal.OffsetOf(asm.GetType("LibLlm.Native+Sampling"), "grammar"), "offsetof grammar");
+        Equal(16, (int)Marshal.OffsetOf(asm.GetType("LibLlm.Native+ChatParams"), "add_generation_prompt"),
+              "offsetof add_generation_prompt");
     }
 
     public static void TestReferenceGreedy()
@@ -340,6 +344,247 @@ public static class Tests
             try { Session.DecodeBatch(new[] { a, closed }); } catch (ObjectDisposedException) { thrown = true; }
             Check(thrown, "a disposed session throws ObjectDisposedException");
             Equal(fresh.DecodeStep(), a.DecodeStep(), "nothing advanced");
+        }
+    }
+
+    // A ChatML-like template in the subset llm_chat_render runs.
+    const string ChatMl = "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n" +
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    static readonly ChatMessage[] Messages = { new ChatMessage("system", "Be brief."), new ChatMessage("user", "Hi!") };
+
+    public static void TestChatRenderWithoutModel()
+    {
+        Equal("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n",
+              Llm.ChatRender(Messages, ChatMl), "rendered");
+        Check(!Llm.ChatRender(Messages, ChatMl, false).EndsWith("assistant\n"), "no generation prompt");
+        Equal(Status.InvalidArgument, Throws(() => Llm.ChatRender(Messages, "{% for m in messages %}{{ m['role'] }")),
+              "malformed template");
+    }
+
+    public static void TestChatRenderWithModel()
+    {
+        using (var model = LoadStories())
+        {
+            string text = model.ChatRender(Messages, true, "{{ bos_token }}" + ChatMl + "{{ eos_token }}");
+            Check(text.StartsWith("<s><s><|im_start|>system\n"), "bos text: " + text);
+            Check(text.EndsWith("<|im_start|>assistant\n</s>"), "eos text: " + text);
+            // A long conversation takes the buffer-too-small path.
+            var many = Enumerable.Repeat(new ChatMessage("user", new string('x', 1000)), 20).ToArray();
+            Equal(3 + 20 * (17 + 1000 + 11) + 22, model.ChatRender(many, true, ChatMl).Length, "long conversation");
+            // stories260K has no template and no built-in fits it.
+            Equal(Status.Unsupported, Throws(() => model.ChatTemplate()), "ChatTemplate");
+            Equal(Status.Unsupported, Throws(() => model.ChatRender(Messages)), "the model's template");
+        }
+    }
+
+    // Tokens after prompt, up to and including an end-of-generation token.
+    static List<int> Generate(Model model, string prompt, Sampling sampling, int maxTokens)
+    {
+        using (var s = model.CreateSession())
+        {
+            s.Prefill(model.Tokenize(prompt));
+            var ids = new List<int>();
+            while (ids.Count < maxTokens)
+            {
+                ids.Add(s.DecodeStep(sampling));
+                if (model.IsEog(ids[ids.Count - 1])) break;
+            }
+            return ids;
+        }
+    }
+
+    static string TextBeforeEog(Model model, List<int> ids)
+    {
+        Check(ids.Count > 0 && model.IsEog(ids[ids.Count - 1]), "ends with an end-of-generation token: " + string.Join(",", ids));
+        return model.Detokenize(ids.Take(ids.Count - 1).ToArray());
+    }
+
+    public static void TestGrammarYesNo()
+    {
+        using (var model = LoadStories())
+        {
+            var g = new Grammar(model, "root ::= (\"yes\" | \"no\") \".\"");
+            var texts = new string[3];
+            var threads = Enumerable.Range(0, 3).Select(i => new Thread(() =>
+            {
+                var sp = Sampling.Greedy;
+                sp.Grammar = g;
+                if (i > 0) { sp.Temperature = 1; sp.Seed = (ulong)i; } // the same grammar from threads, sampled
+                texts[i] = TextBeforeEog(model, Generate(model, Prompt, sp, 32)).Trim();
+            })).ToList();
+            threads.ForEach(t => t.Start());
+            threads.ForEach(t => t.Join());
+            foreach (var t in texts) Check(t == "yes." || t == "no.", "grammar output " + t);
+            g.Dispose();
+            g.Dispose();
+            using (var s = model.CreateSession())
+            {
+                s.Prefill(new[] { 1 });
+                var sp = Sampling.Greedy;
+                sp.Grammar = g;
+                try { s.DecodeStep(sp); throw new Exception("expected ObjectDisposedException"); }
+                catch (ObjectDisposedException) { }
+            }
+        }
+    }
+
+    public static void TestGrammarJsonSchema()
+    {
+        const string schema = "{\"type\": \"object\", \"properties\": {\"ok\": {\"type\": \"boolean\"}, " +
+            "\"name\": {\"type\": \"string\", \"maxLength\": 6}}, \"required\": [\"ok\", \"name\"], " +
+            "\"additionalProperties\": false}";
+        Check(Grammar.JsonSchemaToGbnf(schema).Contains("root"), "GBNF of the schema");
+        using (var model = LoadStories())
+        using (var g = Grammar.FromJsonSchema(model, schema))
+        {
+            var sp = Sampling.Greedy;
+            sp.Grammar = g;
+            string text = TextBeforeEog(model, Generate(model, Prompt, sp, 200));
+            var obj = Json.Parse(text) as Dictionary<string, object>;
+            Check(obj != null && obj.Count == 2, "a JSON object with two members: " + text);
+            Check(obj["ok"] is bool, "ok is a boolean: " + text);
+            Check(obj["name"] is string && ((string)obj["name"]).Length <= 6, "name is a short string: " + text);
+        }
+    }
+
+    public static void TestGrammarErrors()
+    {
+        using (var model = LoadStories())
+        {
+            try { new Grammar(model, "root ::= \"a\"\nitem ::= ( \"b\""); throw new Exception("expected LlmException"); }
+            catch (LlmException e)
+            {
+                Equal(Status.InvalidArgument, e.Status, "bad GBNF");
+                Check(e.Detail.Contains("line 2"), "the detail names the line: " + e.Detail);
+            }
+            Equal(Status.InvalidArgument, Throws(() => Grammar.FromJsonSchema(model, "{\"type\": ")), "bad schema");
+            new Grammar(model, "start ::= \"x\"", "start").Dispose();
+        }
+    }
+
+    public static void TestTextStreamStopAcrossTokens()
+    {
+        using (var model = LoadStories())
+        {
+            // A stop string that begins inside the 10th piece and ends inside the 11th.
+            int cut = model.Detokenize(PromptIds.Concat(GeneratedIds.Take(10)).ToArray()).Length - Prompt.Length;
+            string stop = GeneratedText.Substring(cut - 2, 4);
+            string want = GeneratedText.Substring(0, GeneratedText.IndexOf(stop, StringComparison.Ordinal));
+            using (var ts = model.CreateTextStream(stop, "never seen"))
+            {
+                var got = new StringBuilder();
+                foreach (int tok in GeneratedIds)
+                {
+                    bool stopped;
+                    got.Append(ts.Push(tok, out stopped));
+                    if (stopped) break;
+                }
+                Check(ts.Stopped, "stopped");
+                Equal(want, got.ToString(), "text before the stop");
+                Equal("", ts.Push(GeneratedIds[0]), "push after the stop");
+                ts.Reset();
+                got.Clear();
+                foreach (int tok in GeneratedIds.Take(5)) got.Append(ts.Push(tok));
+                got.Append(ts.Flush());
+                string five = model.Detokenize(PromptIds.Concat(GeneratedIds.Take(5)).ToArray());
+                Equal(five.Substring(Prompt.Length), got.ToString(), "after reset");
+            }
+            using (var plain = model.CreateTextStream())
+            {
+                Equal("", plain.Push(model.Info().Eos), "EOS");
+                Check(plain.Stopped, "EOS ends the stream");
+            }
+            Equal(Status.InvalidArgument, Throws(() => model.CreateTextStream("")), "empty stop");
+        }
+    }
+
+    // A strict JSON reader (objects, arrays, strings, numbers, literals): Mono's
+    // default profile has no JSON library.
+    static class Json
+    {
+        public static object Parse(string text)
+        {
+            int i = 0;
+            object v = Value(text, ref i);
+            Space(text, ref i);
+            if (i != text.Length) throw new FormatException("trailing text at " + i);
+            return v;
+        }
+
+        static void Space(string t, ref int i) { while (i < t.Length && " \t\r\n".IndexOf(t[i]) >= 0) i++; }
+
+        static void Expect(string t, ref int i, char c)
+        {
+            Space(t, ref i);
+            if (i >= t.Length || t[i] != c) throw new FormatException("expected '" + c + "' at " + i);
+            i++;
+        }
+
+        static object Value(string t, ref int i)
+        {
+            Space(t, ref i);
+            if (i >= t.Length) throw new FormatException("unexpected end");
+            char c = t[i];
+            if (c == '{')
+            {
+                var o = new Dictionary<string, object>();
+                i++;
+                Space(t, ref i);
+                if (i < t.Length && t[i] == '}') { i++; return o; }
+                while (true)
+                {
+                    Space(t, ref i);
+                    string k = Str(t, ref i);
+                    Expect(t, ref i, ':');
+                    o.Add(k, Value(t, ref i));
+                    Space(t, ref i);
+                    if (i < t.Length && t[i] == ',') { i++; continue; }
+                    Expect(t, ref i, '}');
+                    return o;
+                }
+            }
+            if (c == '[')
+            {
+                var a = new List<object>();
+                i++;
+                Space(t, ref i);
+                if (i < t.Length && t[i] == ']') { i++; return a; }
+                while (true)
+                {
+                    a.Add(Value(t, ref i));
+                    Space(t, ref i);
+                    if (i < t.Length && t[i] == ',') { i++; continue; }
+                    Expect(t, ref i, ']');
+                    return a;
+                }
+            }
+            if (c == '"') return Str(t, ref i);
+            foreach (var lit in new[] { "true", "false", "null" })
+                if (string.CompareOrdinal(t, i, lit, 0, lit.Length) == 0)
+                {
+                    i += lit.Length;
+                    return lit == "null" ? null : (object)(lit == "true");
+                }
+            int start = i;
+            while (i < t.Length && "+-0123456789.eE".IndexOf(t[i]) >= 0) i++;
+            return double.Parse(t.Substring(start, i - start), System.Globalization.CultureInfo.InvariantCulture);
+        }
+
+        static string Str(string t, ref int i)
+        {
+            if (i >= t.Length || t[i] != '"') throw new FormatException("expected a string at " + i);
+            var sb = new StringBuilder();
+            for (i++; i < t.Length; i++)
+            {
+                char c = t[i];
+                if (c == '"') { i++; return sb.ToString(); }
+                if (c < 0x20) throw new FormatException("control character in a string at " + i);
+                if (c != '\\') { sb.Append(c); continue; }
+                char e = t[++i];
+                if (e == 'u') { sb.Append((char)Convert.ToInt32(t.Substring(i + 1, 4), 16)); i += 4; }
+                else sb.Append(e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'b' ? '\b' : e == 'f' ? '\f' : e);
+            }
+            throw new FormatException("unterminated string");
         }
     }
 
