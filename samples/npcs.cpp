@@ -1,17 +1,26 @@
-// npcs.cpp: eight game characters share one model and one system prompt.
+// npcs.cpp: eight game characters share one model and one system prompt, and
+// answer with JSON actions the game can act on.
 //
 // The shared prompt is prefilled once; each character is a session forked
 // from it (its KV pages are shared copy-on-write, so the prompt is stored
-// once). Worker threads generate the characters' lines in turn, while the
-// main thread runs a 60 Hz "frame" loop that only polls for finished lines
-// and never waits on the model: a frame's work stays far below 16.7 ms.
+// once). Every answer is constrained by one JSON Schema, compiled once into
+// an llm_grammar that all the sessions share (llm_sampling.grammar): the
+// model can only write {"action": ..., "target": ..., "line": ...}, and the
+// grammar's end ends the answer. Worker threads generate the characters'
+// answers in turn, while the main thread runs a 60 Hz "frame" loop that only
+// polls for finished answers and never waits on the model: a frame's work
+// stays far below 16.7 ms.
 //
-//   npcs MODEL [TURNS_PER_NPC] [TOKENS_PER_LINE]
+// A model with a chat template gets its prompts through llm_chat_render; a
+// model without one (stories260K) gets a plain story-style prompt.
+//
+//   npcs MODEL [TURNS_PER_NPC] [LINE_CHARS]
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,18 +30,31 @@
 
 namespace {
 
+// What every answer must be. "line" is bounded by LINE_CHARS (see main), so
+// an answer always ends after a bounded number of tokens.
+const char* kSchemaFormat = R"({
+  "type": "object",
+  "properties": {
+    "action": {"enum": ["say", "move", "attack", "trade", "wait"]},
+    "target": {"type": "string", "maxLength": 12},
+    "line": {"type": "string", "maxLength": %d}
+  },
+  "required": ["action", "target", "line"],
+  "additionalProperties": false
+})";
+
 struct Npc {
   std::string name;
   llm_session* session = nullptr;
-  int turns_done = 0;
+  llm_text_stream* text = nullptr;  // the answer's text: whole UTF-8 characters, ends at end-of-generation
 };
 
-struct Mailbox {  // finished lines, produced by workers, consumed by the frame loop
+struct Mailbox {  // finished answers, produced by workers, consumed by the frame loop
   std::mutex mu;
   std::deque<std::string> lines;
 };
 
-std::vector<llm_token> tokenize(llm_model* m, const std::string& text, uint32_t flags) {
+std::vector<llm_token> tokenize(const llm_model* m, const std::string& text, uint32_t flags) {
   size_t n = 0;
   llm_tokenize(m, text.data(), text.size(), flags, nullptr, 0, &n);
   std::vector<llm_token> t(n);
@@ -40,25 +62,80 @@ std::vector<llm_token> tokenize(llm_model* m, const std::string& text, uint32_t 
   return t;
 }
 
-// One line of a character: prefill "<Name> said", generate up to max_tokens.
-std::string speak(llm_model* m, Npc& npc, int max_tokens, llm_token bos, uint64_t seed) {
-  const std::vector<llm_token> cue = tokenize(m, " " + npc.name + " said", 0);
+// Conversation -> prompt text through the model's own chat template; "" when
+// the model has none (LLM_ERR_UNSUPPORTED).
+std::string render(const llm_model* m, const std::vector<llm_chat_message>& messages, bool add_generation_prompt) {
+  llm_chat_params cp;
+  llm_chat_params_init(&cp);
+  cp.add_generation_prompt = add_generation_prompt ? 1 : 0;
+  size_t len = 0;
+  if (llm_chat_render(m, messages.data(), messages.size(), &cp, nullptr, 0, &len) != LLM_ERR_BUFFER_TOO_SMALL)
+    return "";
+  std::string text(len + 1, '\0');  // + the NUL the call writes
+  if (llm_chat_render(m, messages.data(), messages.size(), &cp, &text[0], text.size(), &len) != LLM_OK) return "";
+  text.resize(len);
+  return text;
+}
+
+// The answers are flat objects of string members, and the grammar guarantees
+// their shape; this reads {"key": "value", ...} and nothing more.
+bool parse_answer(const std::string& json, std::map<std::string, std::string>* out) {
+  size_t i = 0;
+  auto space = [&] { while (i < json.size() && (json[i] == ' ' || json[i] == '\n' || json[i] == '\t')) ++i; };
+  auto string = [&](std::string* s) {
+    space();
+    if (i >= json.size() || json[i++] != '"') return false;
+    for (; i < json.size() && json[i] != '"'; ++i) {
+      if (json[i] != '\\') { s->push_back(json[i]); continue; }
+      if (++i >= json.size()) return false;
+      const char e = json[i];
+      if (e == 'u') { s->push_back('?'); i += 4; continue; }  // \uXXXX: not worth decoding here
+      s->push_back(e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'b' ? '\b' : e == 'f' ? '\f' : e);
+    }
+    return i++ < json.size();
+  };
+  space();
+  if (i >= json.size() || json[i++] != '{') return false;
+  for (;;) {
+    std::string key, value;
+    if (!string(&key)) return false;
+    space();
+    if (i >= json.size() || json[i++] != ':') return false;
+    if (!string(&value)) return false;
+    (*out)[key] = value;
+    space();
+    if (i < json.size() && json[i] == ',') { ++i; continue; }
+    return i < json.size() && json[i] == '}';
+  }
+}
+
+// One answer of a character: prefill its cue, generate under the grammar
+// until the grammar ends (an end-of-generation token), parse the JSON.
+std::string act(Npc& npc, const std::vector<llm_token>& cue, const llm_grammar* grammar,
+                 int max_tokens, uint64_t seed) {
   if (llm_prefill(npc.session, cue.data(), cue.size()) != LLM_OK) return npc.name + ": (" + llm_last_error() + ")";
   llm_sampling samp;
   llm_sampling_init(&samp);
   samp.temperature = 0.7f;
   samp.seed = seed;
-  llm_detok_state ds;
-  llm_detok_init(&ds, cue.back());
-  std::string line = npc.name + " said";
-  char buf[128];
+  samp.grammar = grammar;  // the prefill above started the grammar over for this session
+  llm_text_stream_reset(npc.text);
+  std::string json;
+  char buf[256];
   size_t len;
-  for (int i = 0; i < max_tokens; ++i) {
+  int32_t stopped = 0;
+  for (int i = 0; i < max_tokens && !stopped; ++i) {
     llm_token t;
-    if (llm_decode_step(npc.session, &samp, &t) != LLM_OK || t == bos || llm_token_is_eog(m, t)) break;
-    if (llm_detok_push(m, &ds, t, buf, sizeof buf, &len) == LLM_OK) line.append(buf, len);
-    if (line.back() == '.' || line.back() == '!' || line.back() == '?') break;
+    if (llm_decode_step(npc.session, &samp, &t) != LLM_OK) break;
+    if (llm_text_stream_push(npc.text, t, buf, sizeof buf, &len, &stopped) == LLM_OK) json.append(buf, len);
   }
+  if (llm_text_stream_flush(npc.text, buf, sizeof buf, &len) == LLM_OK) json.append(buf, len);
+
+  std::map<std::string, std::string> a;
+  if (!stopped || !parse_answer(json, &a)) return npc.name + ": (no action: " + json + ")";
+  std::string line = npc.name + " -> " + a["action"];
+  if (!a["target"].empty()) line += " " + a["target"];
+  if (!a["line"].empty()) line += ": \"" + a["line"] + "\"";
   return line;
 }
 
@@ -67,7 +144,10 @@ std::string speak(llm_model* m, Npc& npc, int max_tokens, llm_token bos, uint64_
 int main(int argc, char** argv) {
   const char* path = argc > 1 ? argv[1] : "../shared/models/stories260K.gguf";
   const int turns = argc > 2 ? std::atoi(argv[2]) : 2;
-  const int tokens_per_line = argc > 3 ? std::atoi(argv[3]) : 24;
+  const int line_chars = argc > 3 ? std::atoi(argv[3]) : 40;
+  // Every token adds at least one character, and an escape (6 bytes) counts
+  // as one: the grammar ends an answer well within this.
+  const int max_tokens = 64 + 6 * (12 + line_chars);
 
   llm_load_params lp;
   llm_load_params_init(&lp);
@@ -77,26 +157,58 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "npcs: %s\n", llm_last_error());
     return 1;
   }
-  llm_model_properties info;
-  info.struct_size = sizeof info;
-  llm_model_info(model, &info);
 
-  // The shared "system prompt", prefilled once.
+  // One grammar for all the characters: immutable, shared by the sessions.
+  char schema[512];
+  std::snprintf(schema, sizeof schema, kSchemaFormat, line_chars);
+  llm_grammar* grammar = nullptr;
+  if (llm_grammar_from_json_schema(model, schema, &grammar) != LLM_OK) {
+    std::fprintf(stderr, "npcs: schema: %s\n", llm_last_error());
+    return 1;
+  }
+
+  // The shared "system prompt", prefilled once, and each character's cue.
+  const char* names[] = {"Lily", "Tom", "Sue", "Max", "Anna", "Ben", "Mia", "Sam"};
+  const std::string story = "Once upon a time, in a small village, there lived eight friends who loved to talk.";
+  const llm_chat_message system = {"system",
+                                    "You play the characters of a village game. Answer with one JSON action: "
+                                    "say, move, attack, trade or wait, a target and a short line."};
+  std::vector<llm_token> sys;
+  std::vector<std::vector<llm_token>> cues(8);
+  const std::string sys_text = render(model, {system}, false);
+  if (!sys_text.empty()) {
+    // Chat model: the cue is what the user's turn adds after the system turn.
+    sys = tokenize(model, sys_text, LLM_TOKENIZE_PARSE_SPECIAL);
+    for (size_t i = 0; i < cues.size(); ++i) {
+      const std::string ask = "You are " + std::string(names[i]) + ". What do you do?";
+      const std::string full = render(model, {system, {"user", ask.c_str()}}, true);
+      if (full.compare(0, sys_text.size(), sys_text) == 0)
+        cues[i] = tokenize(model, full.substr(sys_text.size()), LLM_TOKENIZE_PARSE_SPECIAL);
+    }
+    std::printf("[chat template of the model]\n");
+  } else {
+    // No chat template (stories260K): a story the answers continue.
+    sys = tokenize(model, story, LLM_TOKENIZE_ADD_BOS);
+    for (size_t i = 0; i < cues.size(); ++i) cues[i] = tokenize(model, "\n" + std::string(names[i]) + ":", 0);
+    std::printf("[no chat template: plain story prompt]\n");
+  }
+
   llm_session* base = nullptr;
   llm_session_create(model, nullptr, &base);
-  const std::vector<llm_token> sys =
-      tokenize(model, "Once upon a time, in a small village, there lived eight friends who loved to talk.",
-               LLM_TOKENIZE_ADD_BOS);
   if (!base || llm_prefill(base, sys.data(), sys.size()) != LLM_OK) {
     std::fprintf(stderr, "npcs: %s\n", llm_last_error());
     return 1;
   }
-  const char* names[] = {"Lily", "Tom", "Sue", "Max", "Anna", "Ben", "Mia", "Sam"};
   std::vector<Npc> npcs(8);
   for (size_t i = 0; i < npcs.size(); ++i) {
     npcs[i].name = names[i];
-    if (llm_session_fork(base, &npcs[i].session) != LLM_OK) {
-      std::fprintf(stderr, "npcs: fork: %s\n", llm_last_error());
+    if (cues[i].empty()) {
+      std::fprintf(stderr, "npcs: the chat template does not extend the system turn\n");
+      return 1;
+    }
+    if (llm_session_fork(base, &npcs[i].session) != LLM_OK ||
+        llm_text_stream_create(model, nullptr, 0, &npcs[i].text) != LLM_OK) {
+      std::fprintf(stderr, "npcs: %s\n", llm_last_error());
       return 1;
     }
   }
@@ -115,7 +227,7 @@ int main(int argc, char** argv) {
     workers.emplace_back([&, w] {
       for (int turn = 0; turn < turns; ++turn)
         for (size_t i = size_t(w); i < npcs.size(); i += n_workers) {
-          std::string line = speak(model, npcs[i], tokens_per_line, info.bos, 1000 * i + uint64_t(turn));
+          std::string line = act(npcs[i], cues[i], grammar, max_tokens, 1000 * i + uint64_t(turn));
           {
             std::lock_guard<std::mutex> lk(mail.mu);
             mail.lines.push_back(std::move(line));
@@ -147,8 +259,12 @@ int main(int argc, char** argv) {
   }
   for (auto& t : workers) t.join();
   std::printf("[%ld frames at 60 Hz; longest frame work %.3f ms (budget 16.667 ms)]\n", frames, worst_work_ms);
-  for (auto& n : npcs) llm_session_free(n.session);
+  for (auto& n : npcs) {
+    llm_text_stream_free(n.text);
+    llm_session_free(n.session);
+  }
   llm_session_free(base);
+  llm_grammar_free(grammar);  // no decode_step uses it any more
   llm_model_free(model);
   return worst_work_ms < 16.667 ? 0 : 1;
 }
