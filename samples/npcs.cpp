@@ -111,8 +111,8 @@ bool parse_answer(const std::string& json, std::map<std::string, std::string>* o
 
 // One answer of a character: prefill its cue, generate under the grammar
 // until the grammar ends (an end-of-generation token), parse the JSON.
-std::string act(Npc& npc, const std::vector<llm_token>& cue, const llm_grammar* grammar,
-                 int max_tokens, uint64_t seed) {
+std::string act(Npc& npc, const std::vector<llm_token>& cue, const llm_grammar* grammar, int max_tokens,
+                uint64_t seed) {
   if (llm_prefill(npc.session, cue.data(), cue.size()) != LLM_OK) return npc.name + ": (" + llm_last_error() + ")";
   llm_sampling samp;
   llm_sampling_init(&samp);
