@@ -152,6 +152,7 @@ struct Metrics {
   uint64_t prompt_tokens = 0, generated_tokens = 0, cancelled = 0;
   Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram itl{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
+  Histogram batch{{1, 2, 4, 8, 16, 32, 64}};
   std::atomic<int64_t> queue_depth{0}, active{0}, kv_pages{0}, kv_bytes{0};
 
   std::string render() {
@@ -179,6 +180,7 @@ struct Metrics {
     scalar("llm_kv_bytes_in_use", "gauge", "Bytes of those KV pages.", double(kv_bytes.load()));
     ttft.write(out, "llm_time_to_first_token_seconds", "Arrival of a request to its first generated token.");
     itl.write(out, "llm_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
+    batch.write(out, "llm_decode_batch_sessions", "Sessions advanced by one llm_decode_batch call.");
     return out;
   }
 };
@@ -442,6 +444,10 @@ void Scheduler::decode_step() {
     sessions.clear();
     for (Job* j : jobs) sessions.push_back(j->session);
     out.assign(jobs.size(), -1);
+    {
+      std::lock_guard<std::mutex> l(metrics_.mu);
+      metrics_.batch.observe(double(jobs.size()));
+    }
     const llm_status st = llm_decode_batch(sessions.data(), sessions.size(), &jobs[0]->sampling, out.data());
     const Clock::time_point now = Clock::now();
     size_t i = 0;
@@ -588,6 +594,7 @@ class Server {
   httplib::Server http_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> listening_done_{false};
+  std::atomic<int> in_flight_{0};  // completion requests not yet fully answered
   std::mutex grammar_mu_;
   std::shared_ptr<llm_grammar> json_grammar_;  // {"type":"json_object"}, compiled on first use
   std::mutex id_mu_;
@@ -801,7 +808,16 @@ ApiError Server::build_job(const json& body, bool chat, Job& job, bool& stream, 
   return {};
 }
 
+// Counts a completion request from its handler's start to the end of its
+// response (for a stream: until cpp-httplib drops the provider).
+struct InFlight {
+  explicit InFlight(std::atomic<int>& n) : n_(n) { ++n_; }
+  ~InFlight() { --n_; }
+  std::atomic<int>& n_;
+};
+
 void Server::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+  auto in_flight = std::make_shared<InFlight>(in_flight_);  // before reading stopping_: see stop()
   if (stopping_) {
     send_error(res, {503, "server_error", "shutting_down", "the server is shutting down"});
     return;
@@ -944,7 +960,8 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
         sink.done();
         return true;
       },
-      [job, sched](bool success) {
+      [job, sched, in_flight](bool success) {
+        (void)in_flight;  // released with the provider, once the stream is written
         if (!success) {  // the scheduler ignores it once the job is done
           job->cancelled = true;
           sched->wake();
@@ -953,12 +970,16 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
 }
 
 void Server::stop() {
+  // New requests get 503 from here on; the scheduler ends the running ones
+  // (streams get their last event and [DONE]). Only once every response is
+  // written does the listener close: cpp-httplib never starts a chunked
+  // provider after stop(), which would cut a stream without its end.
   stopping_ = true;
-  // Stop accepting, then end the running requests; the HTTP pool finishes
-  // writing their final events before listen() returns.
+  sched_.shutdown();
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(15);
+  while (in_flight_ > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   while (!http_.is_running() && !listening_done_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (http_.is_running()) http_.stop();
-  sched_.shutdown();
 }
 
 int Server::run() {

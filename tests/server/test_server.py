@@ -349,7 +349,7 @@ def t_metrics(s, ctx):
     m = metrics(s)
     for name in ("llm_prompt_tokens_total", "llm_generated_tokens_total", "llm_queue_depth",
                  "llm_requests_active", "llm_kv_pages_in_use", "llm_time_to_first_token_seconds_count",
-                 "llm_inter_token_latency_seconds_count"):
+                 "llm_inter_token_latency_seconds_count", "llm_decode_batch_sessions_count"):
         assert name in m, name
     assert m["llm_generated_tokens_total"] > 0 and m["llm_time_to_first_token_seconds_count"] > 0, m
     assert m.get('llm_requests_total{endpoint="/v1/chat/completions",status="200"}', 0) > 0, m
@@ -358,16 +358,17 @@ def t_metrics(s, ctx):
 
 def t_limits(binary, model, template, ctx):
     """A server with one slot and a queue of one: the third request is a 429;
-    a KV budget too small for a long prompt: 503; SIGINT ends running streams
+    (stories260K) a KV budget too small for a long prompt: 503; SIGINT ends running streams
     with a final event and [DONE], and the process exits 0."""
-    s = Server(binary, model, ["--parallel", "1", "--queue", "1", "--kv-budget-mib", "1"], template)
+    extra = ["--parallel", "1", "--queue", "1"] + (["--kv-budget-mib", "1"] if ctx["kv_prompt"] else [])
+    s = Server(binary, model, extra, template)
     try:
         c = s.client(api_key="unused")
         statuses, lock = [], threading.Lock()
 
         def one(i):
             try:
-                c.chat.completions.create(model="test-model", messages=MSGS, max_tokens=ctx["long"],
+                c.chat.completions.create(model="test-model", messages=MSGS, max_tokens=ctx["busy"],
                                           temperature=0, extra_body={"ignore_eos": True})
                 code = 200
             except openai.APIStatusError as e:
@@ -392,20 +393,25 @@ def t_limits(binary, model, template, ctx):
             except openai.APIStatusError as e:
                 check_error(e.status_code, e.response.json(), 503, "kv_cache_full")
         # Shutdown with a stream running.
-        got = {}
+        got, streaming = {}, threading.Event()
 
         def streamer():
             finish, n = None, 0
-            for chunk in c.chat.completions.create(model="test-model", messages=MSGS, max_tokens=ctx["long"],
-                                                   temperature=0, stream=True, extra_body={"ignore_eos": True}):
-                n += 1
-                for ch in chunk.choices:
-                    finish = ch.finish_reason or finish
-            got["finish"], got["n"] = finish, n
+            try:
+                for chunk in c.chat.completions.create(model="test-model", messages=MSGS, max_tokens=ctx["long"],
+                                                       temperature=0, stream=True, extra_body={"ignore_eos": True}):
+                    n += 1
+                    streaming.set()
+                    for ch in chunk.choices:
+                        finish = ch.finish_reason or finish
+                got["finish"], got["n"] = finish, n
+            except Exception as e:  # noqa: BLE001 - checked below
+                got["error"] = repr(e)
+            streaming.set()
 
         t = threading.Thread(target=streamer)
         t.start()
-        time.sleep(0.3)
+        assert streaming.wait(120), "the stream did not start"
         rc = s.stop(signal.SIGINT)
         t.join(30)
         assert rc == 0, (rc, "".join(s.log))
@@ -422,11 +428,11 @@ def main():
     gemma = os.environ.get("LLM_GEMMA3_GGUF")
     if gemma and os.path.exists(gemma):
         model, template = gemma, None
-        ctx = {"n": 12, "long": 400, "kv_prompt": None}
+        ctx = {"n": 12, "long": 400, "busy": 40, "kv_prompt": None}
     else:
         model, template = os.path.join(models_dir, "stories260K.gguf"), TEMPLATE
         # stories260K: 640 bytes of f16 KV per token, so 1 MiB holds ~1600 tokens.
-        ctx = {"n": 24, "long": 1500, "kv_prompt": "Once upon a time " * 420}
+        ctx = {"n": 24, "long": 1500, "busy": 1500, "kv_prompt": "Once upon a time " * 420}
     if not os.path.exists(model):
         print("SKIP: no model at %s" % model)
         return SKIP
