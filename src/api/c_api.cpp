@@ -402,6 +402,7 @@ extern "C" LLM_API llm_status llm_decode_batch(llm_session* const* sessions, siz
     for (size_t j = 0; j < i; ++j)
       LLM_CHECK(sessions[j] != sessions[i], LLM_ERR_INVALID_ARGUMENT, "session %zu appears twice", i);
   }
+  if (n == 0) return LLM_OK;
   llm::Session::decode_batch(ss.data(), n, sampling, out_tokens,
                              llm::api::constraint_of(sampling, sessions[0]->model));
   return LLM_OK;
