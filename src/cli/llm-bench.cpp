@@ -24,6 +24,16 @@
 //        calls over all B sessions (one batched forward pass each on the
 //        CPU and on CUDA). tokens/s = B * N / their total time (aggregate
 //        over the sessions); ITL = the time of one batch step.
+//   tgN +grammar (--grammar-file F.gbnf or --json-schema F.json) the tgN
+//        test constrained by that grammar, next to a free tgN from the same
+//        context: a chat prompt (--grammar-prompt, through the model's chat
+//        template when it has one) instead of BOS. One grammar is compiled
+//        per model (compile time: best and median of the repetitions'
+//        recompiles, reported on stderr) and shared by every repetition, as
+//        an app shares one for many requests; "+grammar cold" compiles a
+//        fresh one per repetition, so its mask caches start empty. Greedy;
+//        where the grammar ends (EOG), the EOG token is prefilled and the
+//        grammar starts over, so every test decodes N tokens.
 // Figures are mean +- sample stddev over repetitions (the median is also
 // given, as this is usually run on shared, noisy machines).
 //
@@ -42,6 +52,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -83,6 +94,9 @@ void usage(FILE* f) {
                "  --exact                load with LLM_LOAD_REFERENCE_MATH\n"
                "  --no-huge-pages        load with LLM_LOAD_NO_HUGE_PAGES (weights stay on the file's pages)\n"
                "  --batch LIST           tgN as B sessions stepped together by llm_decode_batch (aggregate t/s)\n"
+               "  --grammar-file F       also tgN constrained by the GBNF grammar in F (and a free tgN from the same prompt)\n"
+               "  --json-schema F        the same with the JSON Schema in F\n"
+               "  --grammar-prompt TEXT  the user message those tests start from (default: asks for JSON)\n"
                "  --json                 JSON instead of a markdown table\n"
                "  --progress             progress lines on stderr\n"
                "LIST is comma-separated, e.g. -t 1,2 -p 128,512.\n");
@@ -350,6 +364,7 @@ struct TestSpec {
   int n_prompt = 0, n_gen = 0, depth = 0;
   llm_kv_type kv = LLM_KV_F16;
   int batch = 0;  // tgN: > 0 = that many sessions through llm_decode_batch
+  int grammar = 0;  // tgN from the grammar prompt: 0 = not, 1 = free, 2 = constrained, 3 = constrained, cold
 };
 
 struct TestResult {
@@ -368,6 +383,9 @@ struct TestResult {
   std::string name() const {
     std::string n = spec.n_prompt ? "pp" + std::to_string(spec.n_prompt) : "tg" + std::to_string(spec.n_gen);
     if (spec.batch) n += " x" + std::to_string(spec.batch);
+    if (spec.grammar == 1) n += " free";
+    if (spec.grammar == 2) n += " +grammar";
+    if (spec.grammar == 3) n += " +grammar cold";
     if (spec.depth) n += " @ d" + std::to_string(spec.depth);
     return n;
   }
@@ -381,9 +399,47 @@ struct TestResult {
   }
 };
 
+// The grammar mode's inputs (--grammar-file / --json-schema).
+struct GrammarMode {
+  std::string text;  // GBNF or JSON Schema
+  bool schema = false;
+  std::string prompt = "Describe a cat as a JSON object.";
+};
+
 class Runner {
  public:
   Runner(llm_model* m, const llm_model_properties& info, uint64_t seed) : model_(m), info_(info), rng_(seed) {}
+  ~Runner() { llm_grammar_free(grammar_); }
+
+  // Compiles the grammar mode's grammar (fresh each call); its time in ms.
+  bool compile(const GrammarMode& g, llm_grammar** out, double* ms, std::string* err) {
+    const auto t0 = Clock::now();
+    const llm_status st = g.schema ? llm_grammar_from_json_schema(model_, g.text.c_str(), out)
+                                   : llm_grammar_create(model_, g.text.c_str(), nullptr, out);
+    *ms = ms_since(t0);
+    return st == LLM_OK || fail(st, "grammar", err);
+  }
+  // Sets up the grammar mode: the prompt's tokens and the shared grammar.
+  bool set_grammar(const GrammarMode& g, std::string* err) {
+    mode_ = g;
+    double ms = 0;
+    if (!compile(g, &grammar_, &ms, err)) return false;
+    const llm_chat_message msg = {"user", g.prompt.c_str()};
+    std::string text = g.prompt;
+    size_t len = 0;
+    if (llm_chat_render(model_, &msg, 1, nullptr, nullptr, 0, &len) == LLM_ERR_BUFFER_TOO_SMALL) {
+      std::vector<char> buf(len + 1);
+      if (llm_chat_render(model_, &msg, 1, nullptr, buf.data(), buf.size(), &len) == LLM_OK) text.assign(buf.data(), len);
+    }
+    const bool templated = text != g.prompt;
+    const uint32_t flags = templated ? LLM_TOKENIZE_PARSE_SPECIAL : LLM_TOKENIZE_ADD_BOS;
+    size_t n = 0;
+    llm_tokenize(model_, text.data(), text.size(), flags, nullptr, 0, &n);
+    prompt_.resize(n);
+    const llm_status st = llm_tokenize(model_, text.data(), text.size(), flags, prompt_.data(), n, &n);
+    return st == LLM_OK || fail(st, "tokenize the grammar prompt", err);
+  }
+  std::vector<double> compile_ms;  // one per repetition of the cold test
 
   // Fills `out` with n random valid ids; the first is BOS when with_bos.
   void random_tokens(size_t n, bool with_bos, std::vector<llm_token>& out) {
@@ -400,6 +456,7 @@ class Runner {
     llm_session_params_init(&sp);
     sp.kv_type = s.kv;
     sp.max_tokens = uint32_t(s.depth + s.n_prompt + s.n_gen + 2);
+    if (s.grammar) sp.max_tokens = uint32_t(prompt_.size() + 2 * size_t(s.n_gen) + 2);  // + an EOG per restart
     llm_session* ses = nullptr;
     llm_status st = llm_session_create(model_, &sp, &ses);
     if (st != LLM_OK) return fail(st, "session", err);
@@ -430,8 +487,21 @@ class Runner {
       return true;
     }
 
-    // tgN: context = BOS, or a depth-token prompt starting with BOS.
+    // tgN: context = BOS, or a depth-token prompt starting with BOS; the
+    // grammar tests start from the grammar prompt.
     random_tokens(size_t(std::max(s.depth, 1)), true, toks);
+    if (s.grammar) toks = prompt_;
+    llm_grammar* cold = nullptr;
+    struct GrammarGuard {
+      llm_grammar*& g;
+      ~GrammarGuard() { llm_grammar_free(g); }
+    } cold_guard{cold};
+    if (s.grammar == 3) {
+      double ms = 0;
+      if (!compile(mode_, &cold, &ms, err)) return false;
+      if (timed) compile_ms.push_back(ms);
+    }
+    const llm_grammar* g = s.grammar == 2 ? grammar_ : s.grammar == 3 ? cold : nullptr;
     const auto t0 = Clock::now();
     if ((st = llm_prefill(ses, toks.data(), toks.size())) != LLM_OK) return fail(st, "prompt prefill", err);
     llm_token tok;
@@ -443,12 +513,17 @@ class Runner {
     llm_sampling samp;
     llm_sampling_init(&samp);  // greedy
     samp.seed = 1234;
+    samp.grammar = g;
     std::vector<double> steps(size_t(s.n_gen));
     const auto g0 = Clock::now();
     for (int i = 0; i < s.n_gen; ++i) {
       const auto ti = Clock::now();
       if ((st = llm_decode_step(ses, &samp, &tok)) != LLM_OK) return fail(st, "decode step", err);
-      steps[size_t(i)] = ms_since(ti);  // EOS is ignored: always decode n_gen tokens
+      // EOS is ignored: always decode n_gen tokens. A grammar that ended
+      // starts over after its EOG token (prefilled as the next step).
+      if (g && llm_token_is_eog(model_, tok) && (st = llm_prefill(ses, &tok, 1)) != LLM_OK)
+        return fail(st, "prefill after the grammar ended", err);
+      steps[size_t(i)] = ms_since(ti);
     }
     const double gen_ms = ms_since(g0);
     llm_session_stats_t after;
@@ -524,6 +599,9 @@ class Runner {
 
   llm_model* model_;
   llm_model_properties info_;
+  GrammarMode mode_;
+  llm_grammar* grammar_ = nullptr;
+  std::vector<llm_token> prompt_;
   std::mt19937_64 rng_;
 };
 
@@ -648,6 +726,8 @@ int main(int argc, char** argv) {
   size_t bw_mib = 1024;
   uint64_t seed = 42;
   bool json = false, progress = false, exact = false, no_huge_pages = false;
+  GrammarMode grammar_mode;
+  std::string grammar_path;
   llm_device device = LLM_DEVICE_AUTO;
 
   for (int i = 1; i < argc; ++i) {
@@ -690,6 +770,14 @@ int main(int argc, char** argv) {
       else if (d == "cpu") device = LLM_DEVICE_CPU;
       else if (d == "cuda") device = LLM_DEVICE_CUDA;
       else usage_error("unknown device '%s'", d.c_str());
+    } else if (a == "--grammar-file" || a == "--json-schema") {
+      grammar_path = next();
+      grammar_mode.schema = a == "--json-schema";
+      std::ifstream f(grammar_path, std::ios::binary);
+      if (!f) usage_error("cannot read '%s'", grammar_path.c_str());
+      grammar_mode.text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    } else if (a == "--grammar-prompt") {
+      grammar_mode.prompt = next();
     } else if (a == "--batch") {
       batches = int_list(next(), "bad session count '%s'", 1);
     } else if (a == "--json") {
@@ -742,6 +830,15 @@ int main(int argc, char** argv) {
       }
       const ModelFacts facts = model_facts(m);
       Runner runner(m, facts.info, seed);
+      if (!grammar_path.empty()) {
+        std::string err;
+        if (!runner.set_grammar(grammar_mode, &err)) {
+          std::fprintf(stderr, "llm-bench: %s: %s\n", grammar_path.c_str(), err.c_str());
+          exit_code = 1;
+          llm_model_free(m);
+          break;
+        }
+      }
       std::vector<TestSpec> specs;
       for (llm_kv_type kv : kvs)
         for (int d : depths) {
@@ -751,6 +848,8 @@ int main(int argc, char** argv) {
             if (g <= 0) continue;
             if (batches.empty()) specs.push_back(TestSpec{0, g, d, kv});
             for (int b : batches) specs.push_back(TestSpec{0, g, d, kv, b});
+            if (!grammar_path.empty())
+              for (int mode : {1, 2, 3}) specs.push_back(TestSpec{0, g, 0, kv, 0, mode});
           }
         }
       for (const TestSpec& s : specs) {
@@ -772,6 +871,12 @@ int main(int argc, char** argv) {
         }
         if (s.n_gen > 0 && ok && facts.info.device == LLM_DEVICE_CPU) r.bw_gbps = bandwidth_for(nt);
         results.push_back(std::move(r));
+      }
+      if (!runner.compile_ms.empty()) {
+        std::vector<double> c = runner.compile_ms;
+        std::sort(c.begin(), c.end());
+        std::fprintf(stderr, "llm-bench: %s: grammar compile %.2f ms best, %.2f ms median (%zu compiles)\n",
+                     grammar_path.c_str(), c.front(), median_sorted(c), c.size());
       }
       llm_model_free(m);
     }
