@@ -32,6 +32,13 @@ if [ -z "${LLM_VOCAB_DIR:-}" ]; then
     echo "run_tests.sh: llama.cpp tokenizer vectors not available; their test will skip" >&2
   fi
 fi
+# llm-server's test (tests/server, label server) drives the server with the
+# official openai client from PyPI; it skips when the client is missing.
+if ! python3 -c 'import openai' 2>/dev/null; then
+  python3 -m pip install --quiet --user openai 2>/dev/null ||
+    python3 -m pip install --quiet --user --break-system-packages openai ||
+    echo "run_tests.sh: could not install the openai client; the llm-server test will skip" >&2
+fi
 # GPU tests are labelled cuda and skip themselves without a GPU.
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 900
 # Sanitizer builds (ASan+UBSan on the whole suite, TSan on the concurrency
