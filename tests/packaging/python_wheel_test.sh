@@ -68,6 +68,8 @@ pkg = os.path.dirname(os.path.abspath(libllm.__file__))
 assert pkg.startswith(os.path.realpath(sys.prefix)) or pkg.startswith(sys.prefix), pkg
 assert os.path.abspath(libllm._lib._name) == os.path.join(pkg, "libllm.so"), libllm._lib._name
 assert os.path.exists(os.path.join(pkg, "py.typed"))
+from importlib.metadata import version
+assert version("libllm") == libllm.version_string(), (version("libllm"), libllm.version_string())
 ') || fail "import libllm in $1"
   (cd "$1/tests" && timeout "$step_timeout" "$py" -m unittest test_libllm) || fail "binding tests in $1"
 }
