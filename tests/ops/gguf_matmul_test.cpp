@@ -159,7 +159,7 @@ TEST(GgufActivations, QuantizersGiveGgmlBytes) {
   }
   // The ties went to the even neighbour, and the first of +50 / -50 set the sign.
   int8_t q[768];
-  float d[3];
+  float d[768 / 32];  // one scale per block: 24 for Q8_0, 3 for Q8_K
   int16_t bs[48];
   kern::quantize_ggml_x(kern::GgmlAct::Q8_0, x.data(), 1, 768, q, d, nullptr, nullptr);
   EXPECT_EQ(q[64 + 1], -2);  // -1.5 -> -2
