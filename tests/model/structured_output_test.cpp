@@ -5,9 +5,9 @@
 // against it (tests/common/json_schema_check.h, written apart from the
 // converter); samples cut by the token cap are counted and reported.
 //
-// LLM_GRAMMAR_SAMPLES sets the number of json.gbnf samples (default 16, to
+// LLM_GRAMMAR_SAMPLES sets the number of json.gbnf samples (default 8, to
 // keep CI short; the figure in docs/GRAMMAR.md is a run with 100) and
-// LLM_SCHEMA_SAMPLES the samples per schema (default 4).
+// LLM_SCHEMA_SAMPLES the samples per schema (default 3).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -132,7 +132,7 @@ TEST_F(StructuredOutput, JsonGbnfSamplesThatEndParse) {
   const std::string gbnf = read_file(std::string(LLM_TEST_DATA_DIR) + "/grammars/json.gbnf");
   llm_grammar* g = nullptr;
   ASSERT_EQ(llm_grammar_create(model_, gbnf.c_str(), nullptr, &g), LLM_OK) << llm_last_error();
-  const int n = env_int("LLM_GRAMMAR_SAMPLES", 16);
+  const int n = env_int("LLM_GRAMMAR_SAMPLES", 8);
   const Tally t = sample(g, prompt("Describe a cat as a JSON object."), n, 512, [](const std::string& text, uint64_t seed) {
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     EXPECT_FALSE(j.is_discarded()) << "seed " << seed << ": " << text;
@@ -144,7 +144,7 @@ TEST_F(StructuredOutput, JsonGbnfSamplesThatEndParse) {
 }
 
 TEST_F(StructuredOutput, SchemaSamplesThatEndValidate) {
-  const int n = env_int("LLM_SCHEMA_SAMPLES", 4);
+  const int n = env_int("LLM_SCHEMA_SAMPLES", 3);
   for (const char* name : {"npc_action", "person", "inventory", "shape", "weather"}) {
     const std::string schema_text = read_file(std::string(LLM_TEST_DATA_DIR) + "/json_schemas/" + name + ".json");
     const nlohmann::json schema = nlohmann::json::parse(schema_text);
