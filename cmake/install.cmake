@@ -30,9 +30,11 @@ install(EXPORT llmTargets NAMESPACE llm:: FILE llmTargets.cmake
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/llmConfig.cmake.in
   ${PROJECT_BINARY_DIR}/package/llmConfig.cmake
   INSTALL_DESTINATION ${LLM_INSTALL_CMAKEDIR})
-# 0.x: a minor release may change the API, so only the same major.minor matches.
+# The ABI only grows (appended struct fields behind struct_size, new names),
+# so a newer minor release serves an app built for an older one: 0.2 satisfies
+# find_package(llm 0.1), as tests/packaging's consumer checks.
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/package/llmConfigVersion.cmake
-  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/package/llmConfig.cmake ${PROJECT_BINARY_DIR}/package/llmConfigVersion.cmake
   DESTINATION ${LLM_INSTALL_CMAKEDIR} COMPONENT Development)
 
