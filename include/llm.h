@@ -316,12 +316,20 @@ LLM_API void llm_sampling_init(llm_sampling *sampling);
 LLM_API llm_status llm_decode_step(llm_session *session, const llm_sampling *sampling, llm_token *out_token);
 
 /* llm_decode_step on each of n distinct sessions of the same model, in
- * order; out_tokens[i] receives session i's token. On a CUDA model the
- * pending tokens of the sessions run as one batched pass, so N sessions
- * share one read of the weights (on the CPU the sessions run one after the
- * other). Stops at the first failure and returns its status: sessions
- * before it have advanced, the failing one and those after it are
- * unchanged (their out_tokens are -1). The calling thread must own every
+ * order; out_tokens[i] receives session i's token. The pending tokens of
+ * the sessions run as one batched forward pass (CPU since 0.2, and CUDA),
+ * so N sessions share one read of the weights. On the CPU each session's
+ * logits, KV cache and tokens are bit-identical to stepping it alone with
+ * llm_decode_step, whatever else is in the batch and whatever the thread
+ * count. Sessions that cannot join the pass (a window eviction due, a
+ * re-run after llm_kv_evict, no room) are stepped alone, in order. One
+ * sampling (and grammar) serves every session; each session keeps its own
+ * RNG and grammar state. Stops at the first failure and returns its
+ * status: sessions before it have advanced, the failing one and those
+ * after it are unchanged (their out_tokens are -1), except that when the
+ * grammar allows no token for a session, the sessions after it already
+ * hold their pending token in the cache (their next step only samples).
+ * The cancel callback is not polled. The calling thread must own every
  * session. Since 0.1. */
 LLM_API llm_status llm_decode_batch(llm_session *const *sessions, size_t n, const llm_sampling *sampling,
                                     llm_token *out_tokens);
