@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "chat/value.h"
+#include "tokenizer/unicode.h"
 
 namespace llm::chat::detail {
 
@@ -354,22 +355,7 @@ std::vector<size_t> utf8_offsets(std::string_view s) {
 
 std::string utf8_encode(uint32_t cp) {
   std::string out;
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    if (cp > 0x10FFFF) cp = 0xFFFD;
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
+  utf8_append(cp > 0x10FFFF ? 0xFFFD : cp, out);
   return out;
 }
 

@@ -340,6 +340,44 @@ TEST(Concurrency, LoadUseFreeInParallel) {
 
 // Errors are per thread: a failing call on one thread does not change the
 // message another thread reads.
+// One grammar shared by sessions on several threads: its mask caches fill
+// concurrently (the grammar's mutex), and every thread gets what it gets alone.
+TEST(Concurrency, SessionsShareOneGrammar) {
+  llm_model* m = load("stories260K.gguf");
+  llm_grammar* g = nullptr;
+  ASSERT_EQ(llm_grammar_from_json_schema(m, R"({"type": "object", "properties": {"name": {"type": "string"},
+      "n": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["name", "n"]})", &g),
+            LLM_OK)
+      << llm_last_error();
+  auto run = [&](uint64_t seed) {
+    std::vector<llm_token> out;
+    llm_session* s = nullptr;
+    if (llm_session_create(m, nullptr, &s) != LLM_OK) return out;
+    const llm_token bos = 1;
+    llm_sampling sp;
+    llm_sampling_init(&sp);
+    sp.temperature = 0.9f;
+    sp.seed = seed;
+    sp.grammar = g;
+    llm_token t = 0;
+    if (llm_prefill(s, &bos, 1) == LLM_OK)
+      for (int i = 0; i < 48 && llm_decode_step(s, &sp, &t) == LLM_OK && !llm_token_is_eog(m, t); ++i) out.push_back(t);
+    llm_session_free(s);
+    return out;
+  };
+  constexpr int kThreads = 4;
+  std::vector<std::vector<llm_token>> got(kThreads);
+  std::vector<std::thread> th;
+  for (int i = 0; i < kThreads; ++i) th.emplace_back([&, i] { got[size_t(i)] = run(uint64_t(i)); });
+  for (auto& t : th) t.join();
+  for (int i = 0; i < kThreads; ++i) {
+    EXPECT_FALSE(got[size_t(i)].empty());
+    EXPECT_EQ(got[size_t(i)], run(uint64_t(i))) << "thread " << i;
+  }
+  llm_grammar_free(g);
+  llm_model_free(m);
+}
+
 TEST(Concurrency, LastErrorIsThreadLocal) {
   llm_model* m = load("stories260K.gguf", LLM_LOAD_VOCAB_ONLY);
   ASSERT_NE(m, nullptr);
