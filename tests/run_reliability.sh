@@ -86,9 +86,9 @@ if have asan; then
   done
   cmake --build "$ASAN_DIR" -j "$JOBS" "${existing[@]}"
   # Tests of targets not built here (abi.symbols/layout/exports, packaging,
-  # benchmarks, GPU) are skipped, as are the slow kernel suites (ASAN_EXCLUDE).
+  # benchmarks, GPU, llm-server) are skipped, as are the slow suites (ASAN_EXCLUDE).
   ctest_args=(--test-dir "$ASAN_DIR" --output-on-failure -j "$JOBS" --timeout 900
-              -E "_NOT_BUILT|^abi\.(symbols|layout|exports)|^packaging|^bench|^gpu|${ASAN_EXCLUDE}")
+              -E "_NOT_BUILT|^abi\.(symbols|layout|exports)|^packaging|^bench|^gpu|^server|${ASAN_EXCLUDE}")
   [ -n "$ASAN_TESTS" ] && ctest_args+=(-R "$ASAN_TESTS")
   if ctest "${ctest_args[@]}" > "$ASAN_DIR/ctest.log" 2>&1; then
     summary+=("asan+ubsan  PASS  $(grep -Eo '[0-9]+ tests passed|[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$ASAN_DIR/ctest.log" | tail -1)  $(phase_time $t0)")
