@@ -315,10 +315,21 @@ int32_t Session::sample_next(const llm_sampling& s, const TokenConstraint* proto
   const bool plain_greedy = !(s.temperature > 0.f) && (s.repeat_penalty <= 0.f || s.repeat_penalty == 1.f);
   int32_t tok = -1;
   if (plain_greedy) {
-    // The argmax of the unmasked logits is the masked argmax when the
-    // grammar allows it: one token check instead of a whole mask.
-    tok = sampler_.sample(logits_.data(), n_vocab, s, tokens_.data(), tokens_.size(), rng_);
-    if (!c.allows(tok)) tok = -1;
+    // The masked argmax is the best token the grammar allows (lowest id on
+    // ties, as the sampler breaks them): try the few best in order, one
+    // token check each, before building a whole mask.
+    constexpr size_t kTry = 32;
+    const float* l = logits_.data();
+    tok = sampler_.sample(l, n_vocab, s, tokens_.data(), tokens_.size(), rng_);  // the plain argmax
+    if (c.allows(tok)) goto sampled;
+    tok = -1;
+    auto better = [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+    greedy_ids_.resize(size_t(n_vocab));
+    for (int32_t i = 0; i < n_vocab; ++i) greedy_ids_[size_t(i)] = i;
+    const size_t k = std::min(kTry, greedy_ids_.size());
+    std::partial_sort(greedy_ids_.begin(), greedy_ids_.begin() + long(k), greedy_ids_.end(), better);
+    for (size_t i = 0; i < k && tok < 0; ++i)
+      if (l[greedy_ids_[i]] != -INFINITY && c.allows(greedy_ids_[i])) tok = greedy_ids_[i];
   }
   if (tok < 0) {
     masked_.assign(logits_.begin(), logits_.begin() + n_vocab);
@@ -330,6 +341,7 @@ int32_t Session::sample_next(const llm_sampling& s, const TokenConstraint* proto
               n_generated_);
     tok = sampler_.sample(masked_.data(), n_vocab, s, tokens_.data(), tokens_.size(), rng_);
   }
+sampled:
   c.accept(tok);
   if (fresh) constraint_ = std::move(fresh);
   return tok;

@@ -135,6 +135,7 @@ class Session {
   bool rng_seeded_ = false;
   std::unique_ptr<TokenConstraint> constraint_;  // this session's grammar state
   std::vector<float> masked_;                    // logits_ with the grammar's mask applied
+  std::vector<int32_t> greedy_ids_;              // the best candidates of a constrained greedy step
 
   // metrics
   using Clock = std::chrono::steady_clock;
