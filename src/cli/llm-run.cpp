@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "api_strings.h"
 #include "llm.h"
 
 static void usage() {
@@ -55,27 +56,10 @@ static llm_status render(const llm_model* model, const std::string& tpl, const s
                          bool add_generation_prompt, std::string& out) {
   std::vector<llm_chat_message> cm;
   for (const Message& m : msgs) cm.push_back({m.role.c_str(), m.content.c_str()});
-  llm_chat_params cp;
-  llm_chat_params_init(&cp);
-  cp.template_source = tpl.empty() ? nullptr : tpl.c_str();
-  cp.add_generation_prompt = add_generation_prompt ? 1 : 0;
-  size_t len = 0;
-  llm_status st = llm_chat_render(model, cm.data(), cm.size(), &cp, nullptr, 0, &len);
-  if (st != LLM_ERR_BUFFER_TOO_SMALL) return st;
-  std::vector<char> buf(len + 1);
-  st = llm_chat_render(model, cm.data(), cm.size(), &cp, buf.data(), buf.size(), &len);
-  if (st == LLM_OK) out.assign(buf.data(), len);
-  return st;
+  return llm_cli::render_chat(model, tpl, cm, add_generation_prompt, out);
 }
 
-static llm_status tokenize(const llm_model* model, const std::string& text, uint32_t flags,
-                           std::vector<llm_token>& out) {
-  size_t n = 0;
-  llm_status st = llm_tokenize(model, text.data(), text.size(), flags, nullptr, 0, &n);
-  if (st != LLM_OK && st != LLM_ERR_BUFFER_TOO_SMALL) return st;
-  out.resize(n);
-  return llm_tokenize(model, text.data(), text.size(), flags, out.data(), out.size(), &n);
-}
+using llm_cli::tokenize;
 
 // Generates up to n_predict tokens, streaming the text through a text stream
 // (stops, EOG). Appends the tokens to `held` and the text to `text`.

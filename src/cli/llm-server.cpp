@@ -44,6 +44,7 @@
 #include <tuple>
 #include <vector>
 
+#include "api_strings.h"
 #include "llm.h"
 
 namespace {
@@ -636,26 +637,10 @@ llm_status render_chat(const llm_model* model, const std::string& tpl, const std
                        const std::vector<std::string>& contents, std::string& out) {
   std::vector<llm_chat_message> msgs;
   for (size_t i = 0; i < roles.size(); ++i) msgs.push_back({roles[i].c_str(), contents[i].c_str()});
-  llm_chat_params cp;
-  llm_chat_params_init(&cp);
-  cp.template_source = tpl.empty() ? nullptr : tpl.c_str();
-  cp.add_generation_prompt = 1;
-  size_t len = 0;
-  llm_status st = llm_chat_render(model, msgs.data(), msgs.size(), &cp, nullptr, 0, &len);
-  if (st != LLM_ERR_BUFFER_TOO_SMALL) return st;
-  std::vector<char> buf(len + 1);
-  st = llm_chat_render(model, msgs.data(), msgs.size(), &cp, buf.data(), buf.size(), &len);
-  if (st == LLM_OK) out.assign(buf.data(), len);
-  return st;
+  return llm_cli::render_chat(model, tpl, msgs, true, out);
 }
 
-llm_status tokenize(const llm_model* model, const std::string& text, uint32_t flags, std::vector<llm_token>& out) {
-  size_t n = 0;
-  llm_status st = llm_tokenize(model, text.data(), text.size(), flags, nullptr, 0, &n);
-  if (st != LLM_OK && st != LLM_ERR_BUFFER_TOO_SMALL) return st;
-  out.resize(n);
-  return llm_tokenize(model, text.data(), text.size(), flags, out.data(), out.size(), &n);
-}
+using llm_cli::tokenize;
 
 // Text of an OpenAI message content: a string, null, or an array of parts
 // of which only {"type":"text"} ones are understood.
