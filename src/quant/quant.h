@@ -25,7 +25,9 @@ void q4m_fit_group(const float* x, const float* wt, int g, float* d, float* m);
 int q4m_nibble(float x, float d, float m);
 
 // Like quantize_row, with per-column importance weights (length cols) for
-// the formats that choose parameters by a fit (Q4M); the others ignore them.
+// the formats that choose parameters by a fit (Q4M, Q4_K, Q5_K, Q6_K); the
+// others ignore them. GGUF block types: Q5_0, Q5_1 and the K types above
+// (ggml_quantize.h); the others are LLM_ERR_UNSUPPORTED.
 void quantize_row_weighted(DType t, uint32_t group, const float* src, const float* importance,
                            uint8_t* dst, int64_t cols);
 

@@ -1,0 +1,261 @@
+// Quantizers into ggml's block formats (src/quant/ggml_quantize.cpp): round
+// trips through ggml's own decoders, error against ggml's quantizers on the
+// same rows, awkward rows (zeros, outliers, non-finite values), importance
+// weights and the argument checks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "format/gguf.h"
+#include "quant/ggml_quantize.h"
+#include "quant/ggml_quants.h"
+#include "quant/quant.h"
+
+namespace llm {
+namespace {
+
+struct Format {
+  DType t;
+  const char* ggml_name;  // q.<name> / deq.<name> in ggml-quant-vectors.gguf
+  double gauss_bound;     // relative RMSE bound on N(0, 1) rows
+};
+
+// Bounds about 10% above what the quantizers give (Q4_K 0.0703, Q5_K 0.0346,
+// Q6_K 0.0169, Q5_0 0.0424, Q5_1 0.0379 relative RMSE), far below what a
+// wrong layout, a lost scale bit or a fit that ignores the minimum gives.
+const Format kFormats[] = {
+    {DType::Q4_K, "q4_K", 0.077}, {DType::Q5_K, "q5_K", 0.038}, {DType::Q6_K, "q6_K", 0.0185},
+    {DType::Q5_0, "q5_0", 0.047}, {DType::Q5_1, "q5_1", 0.042},
+};
+
+std::vector<float> round_trip(DType t, const std::vector<float>& x, const float* importance = nullptr) {
+  const int64_t cols = int64_t(x.size());
+  const uint32_t group = uint32_t(ggml_block_values(t));
+  std::vector<uint8_t> q(dtype_row_bytes(t, cols, group));
+  EXPECT_FALSE(q.empty()) << dtype_name(t);
+  quantize_row_weighted(t, group, x.data(), importance, q.data(), cols);
+  std::vector<float> y(x.size());
+  dequantize_row(t, group, q.data(), y.data(), cols);
+  // dequantize_row is ggml's decoder; call it directly too.
+  std::vector<float> z(x.size());
+  dequantize_ggml(ggml_type_of(t), q.data(), z.data(), cols);
+  EXPECT_EQ(std::memcmp(y.data(), z.data(), z.size() * 4), 0) << dtype_name(t);
+  return y;
+}
+
+double sq_error(const std::vector<float>& x, const std::vector<float>& y) {
+  double s = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) s += double(y[i] - x[i]) * double(y[i] - x[i]);
+  return s;
+}
+
+double sq_norm(const std::vector<float>& x) {
+  double s = 0.0;
+  for (float v : x) s += double(v) * v;
+  return s;
+}
+
+std::vector<float> gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+// RMSE relative to the row's RMS on Gaussian rows of several scales, and the
+// formats rank by their bits: Q6_K < Q5_K < Q4_K, Q5_K < Q5_0.
+TEST(GgmlQuantize, GaussianRoundTripErrors) {
+  std::map<DType, double> rel;
+  for (const Format& f : kFormats) {
+    double err = 0.0, ref = 0.0;
+    for (uint32_t seed = 1; seed <= 8; ++seed) {
+      const std::vector<float> x = gaussian(1024, seed, seed % 2 ? 1.0f : 0.02f);
+      const std::vector<float> y = round_trip(f.t, x);
+      for (float v : y) ASSERT_TRUE(std::isfinite(v)) << dtype_name(f.t);
+      err += sq_error(x, y) / sq_norm(x);
+      ref += 1.0;
+    }
+    rel[f.t] = std::sqrt(err / ref);
+    std::printf("%-5s relative RMSE on N(0, s): %.4f (bound %.4f)\n", dtype_name(f.t), rel[f.t], f.gauss_bound);
+    EXPECT_LT(rel[f.t], f.gauss_bound) << dtype_name(f.t);
+    EXPECT_GT(rel[f.t], 0.0) << dtype_name(f.t);
+  }
+  EXPECT_LT(rel[DType::Q6_K], 0.6 * rel[DType::Q5_K]);
+  EXPECT_LT(rel[DType::Q5_K], 0.6 * rel[DType::Q4_K]);
+  EXPECT_LT(rel[DType::Q5_K], rel[DType::Q5_0]);
+}
+
+// ggml-quant-vectors.gguf: the same 129 rows of 256 (stories260K's embedding,
+// and a zero row) quantized by ggml_quantize_chunk. Q5_0/Q5_1 follow ggml's
+// rule, so their bytes are ggml's; the K types are fitted here and must not
+// be worse than ggml's quantizers on these rows.
+TEST(GgmlQuantize, AgainstGgmlOnTheVectors) {
+  std::ifstream in(std::string(LLM_MODELS_DIR) + "/ggml-quant-vectors.gguf", std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_FALSE(bytes.empty());
+  const GgufFile g = parse_gguf(bytes.data(), bytes.size());
+  auto get = [&](const std::string& name) -> const GgufTensorInfo& {
+    for (const auto& t : g.tensors)
+      if (t.name == name) return t;
+    throw std::runtime_error("missing tensor " + name);
+  };
+  const float* src = reinterpret_cast<const float*>(get("source.f32").data);
+  const int64_t rows = 129, cols = 256;
+  for (const Format& f : kFormats) {
+    const GgufTensorInfo& q = get(std::string("q.") + f.ggml_name);
+    const float* ggml_y = reinterpret_cast<const float*>(get(std::string("deq.") + f.ggml_name).data);
+    const size_t rb = dtype_row_bytes(f.t, cols, uint32_t(ggml_block_values(f.t)));
+    ASSERT_EQ(rb * rows, q.nbytes);
+    std::vector<uint8_t> row(rb);
+    std::vector<float> y(cols);
+    double ours = 0.0, theirs = 0.0, ref = 0.0;
+    int same_bytes = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* x = src + r * cols;
+      quantize_row(f.t, uint32_t(ggml_block_values(f.t)), x, row.data(), cols);
+      same_bytes += std::memcmp(row.data(), q.data + size_t(r) * rb, rb) == 0;
+      dequantize_row(f.t, uint32_t(ggml_block_values(f.t)), row.data(), y.data(), cols);
+      for (int64_t j = 0; j < cols; ++j) {
+        ours += double(y[j] - x[j]) * (y[j] - x[j]);
+        theirs += double(ggml_y[r * cols + j] - x[j]) * (ggml_y[r * cols + j] - x[j]);
+        ref += double(x[j]) * x[j];
+        if (r == rows - 1) {
+          ASSERT_EQ(y[j], 0.0f) << f.ggml_name << ": the zero row";
+        }
+      }
+    }
+    std::printf("%-5s relative RMSE, libllm %.5f, ggml %.5f (%d of %lld rows byte-identical)\n", f.ggml_name,
+                std::sqrt(ours / ref), std::sqrt(theirs / ref), same_bytes, (long long)rows);
+    if (f.t == DType::Q5_0 || f.t == DType::Q5_1) {
+      EXPECT_EQ(same_bytes, rows) << f.ggml_name;
+    } else {
+      EXPECT_LE(ours, theirs) << f.ggml_name;
+    }
+  }
+}
+
+TEST(GgmlQuantize, ZeroAndConstantRows) {
+  for (const Format& f : kFormats) {
+    const std::vector<float> zero(512, 0.0f);
+    for (float v : round_trip(f.t, zero)) ASSERT_EQ(v, 0.0f) << dtype_name(f.t);
+    // A constant row: a single value per block is representable up to the
+    // fp16 rounding of the scale (and of the minimum).
+    for (float c : {0.37f, -1.5f}) {
+      const std::vector<float> x(512, c);
+      const std::vector<float> y = round_trip(f.t, x);
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], c, 2e-3 * std::fabs(c)) << dtype_name(f.t) << " " << c;
+    }
+  }
+}
+
+// One huge value per super-block: it is reproduced to within its sub-block's
+// step, nothing becomes non-finite, and the sub-blocks without an outlier
+// keep a bounded error (their scales lose precision against the outlier's,
+// which is the format's cost, not the fit's).
+TEST(GgmlQuantize, OutliersStayBounded) {
+  for (const Format& f : kFormats) {
+    std::vector<float> x = gaussian(1024, 7);
+    for (size_t b = 0; b < x.size(); b += 256) x[b + 37] = (b / 256) % 2 ? -60.0f : 45.0f;
+    const std::vector<float> y = round_trip(f.t, x);
+    for (float v : y) ASSERT_TRUE(std::isfinite(v));
+    for (size_t b = 0; b < x.size(); b += 256) {
+      EXPECT_NEAR(y[b + 37], x[b + 37], 0.02 * std::fabs(x[b + 37])) << dtype_name(f.t);
+      // Values 64..255 of each super-block share no sub-block (nor 32-block) with the outlier.
+      double err = 0.0, ref = 0.0;
+      for (size_t i = b + 64; i < b + 256; ++i) {
+        err += double(y[i] - x[i]) * (y[i] - x[i]);
+        ref += double(x[i]) * x[i];
+      }
+      EXPECT_LT(std::sqrt(err / ref), 0.25) << dtype_name(f.t) << " block " << b / 256;
+    }
+  }
+}
+
+// NaN and infinities are coded as zero and do not disturb their neighbours.
+TEST(GgmlQuantize, NonFiniteInputsGiveFiniteOutput) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const Format& f : kFormats) {
+    std::vector<float> x = gaussian(512, 3);
+    x[5] = nan, x[40] = inf, x[300] = -inf;
+    const std::vector<float> y = round_trip(f.t, x);
+    double err = 0.0, ref = 0.0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(y[i])) << dtype_name(f.t) << " " << i;
+      if (i == 5 || i == 40 || i == 300) {
+        EXPECT_NEAR(y[i], 0.0f, 0.2f) << dtype_name(f.t);
+        continue;
+      }
+      err += double(y[i] - x[i]) * (y[i] - x[i]);
+      ref += double(x[i]) * x[i];
+    }
+    EXPECT_LT(std::sqrt(err / ref), 1.3 * f.gauss_bound) << dtype_name(f.t);
+  }
+}
+
+// Importance weights: the fitted types spend their precision where the
+// weights are large (the weighted error falls against the unweighted fit's);
+// Q5_0/Q5_1 ignore them (same bytes).
+TEST(GgmlQuantize, ImportanceWeightsSteerTheFit) {
+  const std::vector<float> x = gaussian(2048, 11);
+  std::vector<float> imp(x.size());
+  std::mt19937 rng(5);
+  for (float& v : imp) v = rng() % 8 == 0 ? 50.0f : 0.5f;
+  for (const Format& f : kFormats) {
+    const std::vector<float> plain = round_trip(f.t, x);
+    const std::vector<float> weighted = round_trip(f.t, x, imp.data());
+    double e_plain = 0.0, e_weighted = 0.0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      e_plain += imp[i] * double(plain[i] - x[i]) * (plain[i] - x[i]);
+      e_weighted += imp[i] * double(weighted[i] - x[i]) * (weighted[i] - x[i]);
+    }
+    if (f.t == DType::Q5_0 || f.t == DType::Q5_1) {
+      EXPECT_EQ(e_weighted, e_plain) << dtype_name(f.t);
+    } else {
+      EXPECT_LT(e_weighted, 0.85 * e_plain) << dtype_name(f.t);
+    }
+    // All-zero importance is the unweighted fit.
+    const std::vector<float> zeros(x.size(), 0.0f);
+    EXPECT_EQ(round_trip(f.t, x, zeros.data()), plain) << dtype_name(f.t);
+  }
+}
+
+TEST(GgmlQuantize, DeterministicAndArgumentChecks) {
+  const std::vector<float> x = gaussian(256, 9);
+  for (const Format& f : kFormats) EXPECT_EQ(round_trip(f.t, x), round_trip(f.t, x)) << dtype_name(f.t);
+  auto status = [&](DType t, int64_t cols) {
+    std::vector<uint8_t> out(4096);
+    std::vector<float> in(512, 1.0f);
+    try {
+      quantize_ggml_row(t, in.data(), nullptr, out.data(), cols);
+    } catch (const Error& e) {
+      return e.status();
+    }
+    return LLM_OK;
+  };
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS, DType::Q8}) {
+    EXPECT_FALSE(ggml_quantizer_exists(t));
+    EXPECT_EQ(status(t, 256), LLM_ERR_UNSUPPORTED) << dtype_name(t);
+  }
+  EXPECT_EQ(status(DType::Q4_K, 128), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(status(DType::Q5_0, 48), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(status(DType::Q6_K, 512), LLM_OK);
+  // Through quantize_row: the group must be the block.
+  std::vector<uint8_t> out(1024);
+  EXPECT_THROW(quantize_row(DType::Q4_K, 32, x.data(), out.data(), 256), Error);
+  EXPECT_THROW(quantize_row(DType::Q3_K, 256, x.data(), out.data(), 256), Error);
+}
+
+}  // namespace
+}  // namespace llm
