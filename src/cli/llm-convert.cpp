@@ -3,7 +3,7 @@
 // rounding and quantization-aware distillation calibrated on a text); or a
 // synthetic model of a real shape (random weights) for benchmarks.
 //
-//   llm-convert INPUT [--tokenizer FILE] -o OUT.llm [--quant f32|f16|bf16|q8|q4|q4m] [--group 32|64|128] [--no-zstd]
+//   llm-convert INPUT [--tokenizer FILE] -o OUT.llm [--quant FORMAT|MIX] [--group 32|64|128] [--no-zstd]
 //               [--embd-quant Q] [--tensor-quant KIND=Q ...] [--awq CALIB.txt [--awq-clip]] [--gptq CALIB.txt]
 //               [--qat CALIB.txt [--qat-steps N] [--qat-lr X]]
 //   llm-convert --synthetic tinyllama-1.1b|llama-3-8b|stories260K-shape --quant Q -o OUT.llm
@@ -37,6 +37,7 @@
 #include "quant/awq.h"
 #include "quant/distill.h"
 #include "quant/dtype.h"
+#include "quant/kquant_mix.h"
 #include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
 
@@ -54,7 +55,11 @@ const char* const kUsage =
     "  llm-convert --info FILE.llm\n"
     "options:\n"
     "  --quant f32|f16|bf16|q8|q4|q4m  weight format of the 2-D matrices (default: keep the\n"
-    "                               input's); q4m = q4 with a per-group minimum (5 bits/weight at g32)\n"
+    "                               input's); q4m = q4 with a per-group minimum (5 bits/weight at g32);\n"
+    "                               also GGUF's q5_0, q5_1, q4_K, q5_K, q6_K\n"
+    "  --quant q4_K_M|q5_K_M        llama.cpp's K-quant mixes: q4_K (q5_K) with q6_K for the output\n"
+    "                               and for attn_v, ffn_down in about half of the layers. K-type rows\n"
+    "                               not a multiple of 256 fall back to q5_0 / q5_1 / q8 (q6_K)\n"
     "  --group 32|64|128            q4/q4m group size (default 32)\n"
     "  --embd-quant f32|f16|bf16|q8|q4|q4m  format of token_embd and output (default: as --quant)\n"
     "  --tensor-quant KIND=FORMAT   format of one kind of layer matrix in every layer (repeatable);\n"
@@ -105,6 +110,7 @@ struct Args {
   std::string input, tokenizer, output, synthetic, info;
   bool has_quant = false;
   DType quant = DType::F32;
+  std::string mix;  // --quant q4_K_M etc. (quant is then its base type)
   uint32_t group = 32;
   bool zstd = true;
   int zstd_level = 3;
@@ -130,6 +136,11 @@ bool parse_dtype(const std::string& q, DType* out) {
   else if (q == "q8" || q == "q8_0") *out = DType::Q8;
   else if (q == "q4" || q == "q4_0") *out = DType::Q4;
   else if (q == "q4m" || q == "q4_1") *out = DType::Q4M;
+  else if (q == "q5_0") *out = DType::Q5_0;
+  else if (q == "q5_1") *out = DType::Q5_1;
+  else if (q == "q4_K" || q == "q4_k") *out = DType::Q4_K;
+  else if (q == "q5_K" || q == "q5_k") *out = DType::Q5_K;
+  else if (q == "q6_K" || q == "q6_k") *out = DType::Q6_K;
   else return false;
   return true;
 }
@@ -158,7 +169,12 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--quant") {
       const std::string q = value(i);
       a.has_quant = true;
-      if (!parse_dtype(q, &a.quant)) usage_error("--quant: unknown format '%s'", q.c_str());
+      a.mix.clear();
+      if (llm::kquant_mix_base(q, &a.quant)) {
+        a.mix = q;
+      } else if (!parse_dtype(q, &a.quant)) {
+        usage_error("--quant: unknown format '%s'", q.c_str());
+      }
     } else if (arg == "--embd-quant") {
       const std::string q = value(i);
       a.has_embd = true;
@@ -238,7 +254,7 @@ Args parse_args(int argc, char** argv) {
   if (!a.synthetic.empty() && !a.has_quant) usage_error("--synthetic needs --quant");
   if (!a.awq.empty() || !a.gptq.empty() || !a.qat.empty()) {
     if (!a.synthetic.empty()) usage_error("--awq/--gptq/--qat need a real model, not --synthetic");
-    if (!a.has_quant || !llm::dtype_is_quantized(a.quant))
+    if (!a.has_quant || !(a.quant == DType::Q4 || a.quant == DType::Q4M || a.quant == DType::Q8))
       usage_error("--awq/--gptq/--qat need --quant q4, q4m or q8");
     const std::string& first = !a.awq.empty() ? a.awq : !a.gptq.empty() ? a.gptq : a.qat;
     for (const std::string* t : {&a.awq, &a.gptq, &a.qat})
@@ -299,12 +315,14 @@ std::string human_bytes(uint64_t b) {
 }
 
 // Rule-of-thumb bytes per parameter of each format (FP32 4, FP16 2, INT8 ~1,
-// INT4 ~0.5), to set the measured sizes against.
+// INT4 ~0.5, and the nominal bits of the GGUF types), to set the measured sizes against.
 double rule_of_thumb(const std::string& dtype) {
   if (dtype == "f32") return 4.0;
   if (dtype == "f16" || dtype == "bf16") return 2.0;
   if (dtype == "q8") return 1.0;
-  if (dtype == "q4") return 0.5;
+  if (dtype == "q4" || dtype == "q4_K") return 0.5;
+  if (dtype == "q5_0" || dtype == "q5_1" || dtype == "q5_K") return 0.625;
+  if (dtype == "q6_K") return 0.75;
   return 0.0;
 }
 
@@ -352,33 +370,82 @@ void print_report(const llm::LlmWriteReport& rep, const std::string& path, const
 // ---------------------------------------------------------------------------
 // Weight format choice
 
-llm::LlmConvertOptions convert_options(const Args& a) {
+// The model facts a mix needs: its layer count, and whether token_embd is
+// also the output matrix.
+struct ModelLayout {
+  int32_t n_layers = 0;
+  bool tied = false;
+};
+
+llm::LlmConvertOptions convert_options(const Args& a, const ModelLayout& m) {
   llm::LlmConvertOptions c;
   c.requantize = a.has_quant;
   c.dtype = a.quant;
   c.group = a.group;
+  if (!a.mix.empty()) llm::kquant_mix_options(a.mix, m.n_layers, m.tied, &c);
   if (a.has_embd) {
     c.overrides["token_embd.weight"] = a.embd;
     c.overrides["output.weight"] = a.embd;
   }
-  for (const auto& [kind, d] : a.kinds) c.kind_overrides[kind + ".weight"] = d;  // a later one wins
+  for (const auto& [kind, d] : a.kinds) {
+    c.kind_overrides[kind + ".weight"] = d;  // a later one wins
+    // ... also over the mix's choices for single layers of that kind.
+    for (auto it = c.overrides.begin(); it != c.overrides.end();)
+      it = llm::layer_tensor_kind(it->first) == kind + ".weight" ? c.overrides.erase(it) : std::next(it);
+  }
   return c;
 }
 
-std::string recipe(const Args& a, size_t n_fallback) {
-  std::string r = llm::dtype_name(a.quant);
+// What a mix changes, by format: "; q6_K for output + attn_v in layers 0,1,2,5 + ffn_down in layers 0,1,2,5".
+std::string mix_summary(const Args& a, const ModelLayout& m) {
+  llm::LlmConvertOptions mix;
+  llm::kquant_mix_options(a.mix, m.n_layers, m.tied, &mix);
+  std::map<DType, std::map<std::string, std::vector<int>>> by_type;  // format -> kind or name -> layers
+  for (const auto& [name, d] : mix.overrides) {
+    const std::string kind = llm::layer_tensor_kind(name);
+    std::vector<int>& layers = by_type[d][kind.empty() ? name : kind];
+    if (!kind.empty()) layers.push_back(std::atoi(name.c_str() + 4));  // "blk.12.attn_v.weight" -> 12
+  }
+  std::string r;
+  for (auto& [d, entries] : by_type) {
+    r += std::string("; ") + llm::dtype_name(d) + " for";
+    const char* sep = " ";
+    for (auto& [what, layers] : entries) {
+      r += sep + what.substr(0, what.find('.'));
+      std::sort(layers.begin(), layers.end());
+      for (size_t i = 0; i < layers.size(); ++i) r += (i ? "," : " in layers ") + std::to_string(layers[i]);
+      sep = " + ";
+    }
+  }
+  return r;
+}
+
+// The metadata's account of what was done: formats, overrides, calibration,
+// and the matrices that could not take their format (plan: every tensor's spec).
+std::string recipe(const Args& a, const ModelLayout& m, const std::vector<llm::LlmTensorSpec>& plan) {
+  std::string r = a.mix.empty() ? std::string(llm::dtype_name(a.quant))
+                                : a.mix + " (llama.cpp's mix): " + llm::dtype_name(a.quant);
   if (llm::dtype_is_q4(a.quant)) r += " g" + std::to_string(a.group);
+  if (!a.mix.empty()) r += mix_summary(a, m);
   if (a.has_embd) r += std::string("; embeddings ") + llm::dtype_name(a.embd);
-  const llm::LlmConvertOptions co = convert_options(a);
+  const llm::LlmConvertOptions co = convert_options(a, m);
   for (const auto& [kind, d] : co.kind_overrides)  // "attn_v.weight" -> "; attn_v q8"
     r += "; " + kind.substr(0, kind.find('.')) + " " + llm::dtype_name(d);
   if (!a.awq.empty()) r += a.awq_clip ? "; awq+clip" : "; awq";
   if (!a.gptq.empty()) r += "; gptq";
   if (!a.qat.empty()) r += "; qat " + std::to_string(a.qat_steps) + " steps";
   r += "; norms f32";
-  if (n_fallback)
-    r += "; " + std::to_string(n_fallback) + " matrices " + (a.quant == DType::F32 ? "f32" : "f16") +
-         " (columns not a multiple of the group)";
+  std::map<std::string, int> fallbacks;  // "q4_K -> q5_0" -> matrices
+  for (const auto& s : plan) {
+    const DType want = llm::wanted_llm_dtype(s.name, co);
+    if (s.shape.size() >= 2 && s.dtype != want)
+      ++fallbacks[std::string(llm::dtype_name(want)) + " -> " + llm::dtype_name(s.dtype)];
+  }
+  const char* sep = "; matrices whose columns are not a multiple of the group: ";
+  for (const auto& [change, n] : fallbacks) {
+    r += sep + std::to_string(n) + " " + change;
+    sep = ", ";
+  }
   return r;
 }
 
@@ -534,17 +601,22 @@ llm::LlmWriteReport convert(const Args& a, llm::ThreadPool& pool, const llm::Llm
   log.fn = log_to_stderr;
   std::string format;
   llm::ModelSource src = read_input(a, log, &format);
-  const llm::LlmConvertOptions co = convert_options(a);
+  ModelLayout layout;
+  layout.n_layers = src.config.n_layers;
+  layout.tied = std::none_of(src.tensors.begin(), src.tensors.end(),
+                             [](const llm::TensorData& t) { return t.name == "output.weight"; });
+  const llm::LlmConvertOptions co = convert_options(a, layout);
   if (!a.awq.empty() || !a.gptq.empty() || !a.qat.empty()) src = calibrate_and_rewrite(a, std::move(src), co, pool);
   for (const auto& t : src.tensors) (*numel)[t.name] = uint64_t(t.numel());
 
   std::vector<std::string> notes;
-  for (const auto& t : src.tensors) plan_llm_tensor(t.name, t.shape, t.dtype, t.group, co, &notes);
+  std::vector<llm::LlmTensorSpec> plan;
+  for (const auto& t : src.tensors) plan.push_back(plan_llm_tensor(t.name, t.shape, t.dtype, t.group, co, &notes));
   print_notes(notes);
   src.meta["source"] = base_name(a.input);
   src.meta["source.format"] = format;
   src.meta["converter"] = "llm-convert";
-  if (a.has_quant) src.meta["quant.recipe"] = recipe(a, notes.size());
+  if (a.has_quant) src.meta["quant.recipe"] = recipe(a, layout, plan);
   return llm::convert_to_llm(src, a.output, co, wo);
 }
 
@@ -650,7 +722,10 @@ llm::LlmWriteReport synthesize(const Args& a, llm::ThreadPool& pool, const llm::
 
   std::vector<llm::LlmTensorSpec> specs;
   std::vector<std::string> notes;
-  const llm::LlmConvertOptions co = convert_options(a);
+  ModelLayout layout;
+  layout.n_layers = sh->n_layers;
+  layout.tied = sh->tied;
+  const llm::LlmConvertOptions co = convert_options(a, layout);
   auto add = [&](const std::string& name, std::vector<int64_t> shape) {
     specs.push_back(llm::plan_llm_tensor(name, shape, DType::F32, 0, co, &notes));
   };
@@ -680,7 +755,7 @@ llm::LlmWriteReport synthesize(const Args& a, llm::ThreadPool& pool, const llm::
   meta["synthetic"] = sh->name;
   meta["synthetic.weights"] = "N(0, 0.02) matrices, norms 1.0, seed " + std::to_string(a.seed);
   meta["converter"] = "llm-convert";
-  meta["quant.recipe"] = recipe(a, notes.size());
+  meta["quant.recipe"] = recipe(a, layout, specs);
 
   llm::LlmWriter w(a.output, c, placeholder_vocab(sh->vocab_size), meta, specs, wo);
   for (size_t i = 0; i < specs.size(); ++i) {

@@ -1159,6 +1159,35 @@ std::string layer_tensor_kind(const std::string& name) {
   return name.substr(i + 1);
 }
 
+DType wanted_llm_dtype(const std::string& name, const LlmConvertOptions& opts) {
+  if (const auto over = opts.overrides.find(name); over != opts.overrides.end()) return over->second;
+  if (const auto kind = opts.kind_overrides.find(layer_tensor_kind(name)); kind != opts.kind_overrides.end())
+    return kind->second;
+  return opts.dtype;
+}
+
+namespace {
+
+// The group a planned format is stored with (0: not grouped).
+uint32_t planned_group(DType t, uint32_t q4_group) {
+  if (t == DType::Q8) return 32;
+  if (dtype_is_q4(t)) return q4_group;
+  return uint32_t(ggml_block_values(t));
+}
+
+// llama.cpp's format for a row that is not whole 256-value blocks
+// (tensor_type_fallback in llama-quant.cpp); t itself when it has none.
+DType block_fallback(DType t) {
+  switch (t) {
+    case DType::Q4_K: return DType::Q5_0;
+    case DType::Q5_K: return DType::Q5_1;
+    case DType::Q6_K: return DType::Q8;
+    default: return t;
+  }
+}
+
+}  // namespace
+
 LlmTensorSpec plan_llm_tensor(const std::string& name, const std::vector<int64_t>& shape, DType src_dtype,
                               uint32_t src_group, const LlmConvertOptions& opts, std::vector<std::string>* notes) {
   LlmTensorSpec s;
@@ -1174,19 +1203,20 @@ LlmTensorSpec plan_llm_tensor(const std::string& name, const std::vector<int64_t
     return s;
   }
   const int64_t cols = shape.back();
-  DType want = opts.dtype;
-  if (const auto over = opts.overrides.find(name); over != opts.overrides.end()) {
-    want = over->second;
-  } else if (const auto kind = opts.kind_overrides.find(layer_tensor_kind(name)); kind != opts.kind_overrides.end()) {
-    want = kind->second;
-  }
-  const uint32_t group = want == DType::Q8 ? 32 : dtype_is_q4(want) ? opts.group : 0;
+  const DType want = wanted_llm_dtype(name, opts);
+  const uint32_t group = planned_group(want, opts.group);
   if (dtype_row_bytes(want, cols, group) != 0) {
     s.dtype = want;
     s.group = group;
     return s;
   }
-  s.dtype = want == DType::F32 ? DType::F32 : DType::F16;
+  const DType fallback = block_fallback(want);
+  if (fallback != want && dtype_row_bytes(fallback, cols, planned_group(fallback, 32)) != 0) {
+    s.dtype = fallback;
+    s.group = planned_group(fallback, 32);
+  } else {
+    s.dtype = want == DType::F32 ? DType::F32 : DType::F16;
+  }
   if (notes) {
     char buf[256];
     std::snprintf(buf, sizeof buf, "%s: %lld columns are not a multiple of %u, stored as %s", name.c_str(),

@@ -106,7 +106,7 @@ class LlmWriter {
 struct LlmConvertOptions {
   bool requantize = false;   // false: every tensor keeps its dtype
   DType dtype = DType::F32;  // format of the 2-D matrices
-  uint32_t group = 32;       // q4 group size (q8 is always 32)
+  uint32_t group = 32;       // q4 group size (q8 is always 32; GGUF block types: their block)
   // Matrices (by exact name) that take another format than `dtype`, e.g.
   // token_embd.weight -> Q8 in a q4 model; the same fallback rules apply.
   std::map<std::string, DType> overrides;
@@ -119,10 +119,16 @@ struct LlmConvertOptions {
 // names outside the blk.N. scheme -> "".
 std::string layer_tensor_kind(const std::string& name);
 
+// The format a matrix asks for before its row length is checked: its entry in
+// opts.overrides, else in opts.kind_overrides, else opts.dtype.
+DType wanted_llm_dtype(const std::string& name, const LlmConvertOptions& opts);
+
 // The stored format of one tensor: 1-D tensors (norms) become f32; matrices
-// take opts.dtype (or their entry in opts.overrides / kind_overrides) unless their rows do not
-// split into whole groups, then f16 (f32 when that format is f32) and a line
-// is appended to `notes`.
+// take wanted_llm_dtype unless their rows do not split into whole groups.
+// Then a 256-value K type falls back to llama.cpp's 32-value choice (Q4_K ->
+// Q5_0, Q5_K -> Q5_1, Q6_K -> Q8) and anything else, or a row that is not
+// whole 32-blocks either, to f16 (f32 when the format is f32); either way a
+// line is appended to `notes`.
 LlmTensorSpec plan_llm_tensor(const std::string& name, const std::vector<int64_t>& shape, DType src_dtype,
                               uint32_t src_group, const LlmConvertOptions& opts, std::vector<std::string>* notes);
 

@@ -3,7 +3,9 @@
 // stories260K.gguf with ggml_quantize_chunk).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -11,10 +13,14 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "engine/session.h"
 #include "format/gguf.h"
 #include "format/llama2c.h"
 #include "format/llm_file.h"
+#include "model/model.h"
+#include "quant/kquant_mix.h"
 #include "quant/quant.h"
+#include "reference.h"
 #include "tmp.h"
 
 namespace {
@@ -167,4 +173,107 @@ TEST(Convert, Llama2cToBf16AndBack) {
           << a.name << "[" << j << "]";
   }
   EXPECT_EQ(got.vocab.tokens, src.vocab.tokens);
+}
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and
+// every third in between (llama-quant.cpp).
+TEST(Convert, KQuantMixLayers) {
+  std::vector<int> picked;
+  for (int l = 0; l < 22; ++l)
+    if (llm::kquant_more_bits_layer(l, 22)) picked.push_back(l);
+  EXPECT_EQ(picked, (std::vector<int>{0, 1, 4, 7, 10, 13, 16, 19, 20, 21}));
+  picked.clear();
+  for (int l = 0; l < 32; ++l)
+    if (llm::kquant_more_bits_layer(l, 32)) picked.push_back(l);
+  EXPECT_EQ(picked, (std::vector<int>{0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31}));
+  llm::LlmConvertOptions co;
+  EXPECT_FALSE(llm::kquant_mix_options("q4_K_X", 22, false, &co));
+  EXPECT_FALSE(co.requantize);
+}
+
+// Which matrix gets which type in q4_K_M / q5_K_M on the TinyLlama shape,
+// and the fallbacks for rows that are not whole 256-value blocks.
+TEST(Convert, KQuantMixPlan) {
+  std::vector<std::string> notes;
+  auto plan = [&](const llm::LlmConvertOptions& co, const std::string& name, std::vector<int64_t> shape) {
+    return llm::plan_llm_tensor(name, shape, llm::DType::F32, 0, co, &notes);
+  };
+  for (const char* mix : {"q4_K_M", "q5_k_m"}) {
+    llm::LlmConvertOptions co;
+    ASSERT_TRUE(llm::kquant_mix_options(mix, 22, false, &co));
+    const llm::DType base = mix[1] == '4' ? llm::DType::Q4_K : llm::DType::Q5_K;
+    EXPECT_EQ(plan(co, "token_embd.weight", {32000, 2048}).dtype, base);
+    EXPECT_EQ(plan(co, "output.weight", {32000, 2048}).dtype, llm::DType::Q6_K);
+    for (int l = 0; l < 22; ++l) {
+      const std::string b = "blk." + std::to_string(l) + ".";
+      const llm::DType more = llm::kquant_more_bits_layer(l, 22) ? llm::DType::Q6_K : base;
+      EXPECT_EQ(plan(co, b + "attn_v.weight", {256, 2048}).dtype, more) << mix << " " << l;
+      EXPECT_EQ(plan(co, b + "ffn_down.weight", {2048, 5632}).dtype, more) << mix << " " << l;
+      for (const char* k : {"attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"})
+        EXPECT_EQ(plan(co, b + k + ".weight", {2048, 2048}).dtype, base) << mix << " " << k;
+      EXPECT_EQ(plan(co, b + "attn_norm.weight", {2048}).dtype, llm::DType::F32);
+    }
+    EXPECT_EQ(plan(co, "blk.0.attn_q.weight", {2048, 2048}).group, 256u);
+    EXPECT_TRUE(notes.empty());
+  }
+  // Tied: the embedding is the output matrix and takes its type.
+  llm::LlmConvertOptions tied;
+  ASSERT_TRUE(llm::kquant_mix_options("q4_K_M", 5, true, &tied));
+  EXPECT_EQ(plan(tied, "token_embd.weight", {512, 256}).dtype, llm::DType::Q6_K);
+  // Fallbacks: 64 columns -> llama.cpp's 32-value types; 172 -> f16.
+  struct Fallback {
+    llm::DType want, got;
+    uint32_t group;
+  };
+  for (const Fallback& f : {Fallback{llm::DType::Q4_K, llm::DType::Q5_0, 32},
+                            Fallback{llm::DType::Q5_K, llm::DType::Q5_1, 32},
+                            Fallback{llm::DType::Q6_K, llm::DType::Q8, 32}}) {
+    llm::LlmConvertOptions co;
+    co.requantize = true;
+    co.dtype = f.want;
+    notes.clear();
+    const llm::LlmTensorSpec s = plan(co, "blk.0.attn_q.weight", {64, 64});
+    EXPECT_EQ(s.dtype, f.got) << llm::dtype_name(f.want);
+    EXPECT_EQ(s.group, f.group);
+    EXPECT_EQ(plan(co, "blk.0.ffn_down.weight", {64, 172}).dtype, llm::DType::F16);
+    ASSERT_EQ(notes.size(), 2u);
+    EXPECT_NE(notes[0].find(std::string("stored as ") + llm::dtype_name(f.got)), std::string::npos) << notes[0];
+  }
+}
+
+// stories260K through convert_to_llm with q4_K_M: its rows (64, 172) take
+// the fallbacks; the file loads and the model's greedy choices over the 4
+// reference continuations mostly match f32's (run.c's greedy tokens).
+TEST(Convert, Q4KMStories260KLoadsAndRuns) {
+  const llm::ModelSource f32 = llm::read_llama2c(model_path("stories260K.bin"), model_path("tok512.bin"));
+  llm::LlmConvertOptions co;
+  ASSERT_TRUE(llm::kquant_mix_options("q4_K_M", f32.config.n_layers, true, &co));
+  std::vector<std::string> notes;
+  llm::convert_to_llm(f32, tmp_path("conv_q4km.llm"), co, {}, &notes);
+  EXPECT_EQ(notes.size(), 1u + 5 * 7);  // every matrix: no 256-value blocks
+  const llm::ModelSource got = llm::read_llm(tmp_path("conv_q4km.llm"));
+  EXPECT_EQ(got.find("token_embd.weight")->dtype, llm::DType::Q8);  // tied output: Q6_K -> Q8
+  EXPECT_EQ(got.find("blk.0.attn_q.weight")->dtype, llm::DType::Q5_0);
+  EXPECT_EQ(got.find("blk.0.attn_v.weight")->dtype, llm::DType::Q5_0);
+  EXPECT_EQ(got.find("blk.2.attn_v.weight")->dtype, llm::DType::Q8);  // a "more bits" layer
+  EXPECT_EQ(got.find("blk.4.ffn_down.weight")->dtype, llm::DType::F16);
+  llm::LoadOptions lo;
+  lo.n_threads = 1;
+  lo.reference_math = true;
+  const auto model = llm::Model::from_source(got, lo);
+  llm::SessionOptions so;
+  so.kv_type = LLM_KV_F32;
+  size_t agree = 0, total = 0;
+  for (const auto& c : llm::testing::load_greedy_cases("stories260K_greedy.json")) {
+    llm::Session s(*model, so);
+    s.prefill(c.prompt_ids.data(), c.prompt_ids.size());
+    for (int32_t tok : c.generated_ids) {
+      const float* l = s.logits();
+      agree += std::max_element(l, l + got.config.vocab_size) - l == tok;
+      ++total;
+      s.prefill(&tok, 1);
+    }
+  }
+  std::printf("q4_K_M stories260K: %zu of %zu greedy steps agree with f32\n", agree, total);
+  EXPECT_GE(double(agree) / double(total), 0.93);
 }
