@@ -54,7 +54,7 @@ extern "C" {
 /* ---------------------------------------------------------------- version */
 
 #define LLM_VERSION_MAJOR 0
-#define LLM_VERSION_MINOR 2
+#define LLM_VERSION_MINOR 3
 #define LLM_VERSION_PATCH 0
 #define LLM_VERSION_NUMBER (LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH)
 
@@ -333,6 +333,17 @@ LLM_API llm_status llm_decode_step(llm_session *session, const llm_sampling *sam
  * session. Since 0.1. */
 LLM_API llm_status llm_decode_batch(llm_session *const *sessions, size_t n, const llm_sampling *sampling,
                                     llm_token *out_tokens);
+
+/* llm_decode_batch with a sampling of its own for every session: session i
+ * samples with samplings[i] (NULL entry: greedy), so requests with other
+ * temperatures, seeds or grammars share one batched forward pass.
+ * samplings == NULL is greedy for all. Every sampling (struct_size, grammar
+ * made for this model) is checked before any session moves: an invalid one
+ * is LLM_ERR_INVALID_ARGUMENT with every session unchanged. Otherwise the
+ * contract is llm_decode_batch's, including bit-identical results to
+ * stepping each session alone with its own sampling. Since 0.3. */
+LLM_API llm_status llm_decode_batch_each(llm_session *const *sessions, size_t n,
+                                         const llm_sampling *const *samplings, llm_token *out_tokens);
 
 /* Removes cached tokens [n_keep, n_keep + n_discard). Later tokens move
  * down; their keys are re-rotated to their new positions. A pending token

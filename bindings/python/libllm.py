@@ -27,7 +27,7 @@ __all__ = [
     "chat_render", "json_schema_to_gbnf",
 ]
 
-HEADER_VERSION = 0 * 10000 + 2 * 100 + 0  # LLM_VERSION_NUMBER of the header this file mirrors
+HEADER_VERSION = 0 * 10000 + 3 * 100 + 0  # LLM_VERSION_NUMBER of the header this file mirrors
 _SONAME = "libllm.so.0"
 
 
@@ -198,6 +198,8 @@ _sampling_init = _declare("llm_sampling_init", None, POINTER(_Sampling))
 _decode_step = _declare("llm_decode_step", _status, c_void_p, POINTER(_Sampling), POINTER(llm_token))
 _decode_batch = _declare("llm_decode_batch", _status, POINTER(c_void_p), c_size_t, POINTER(_Sampling),
                         POINTER(llm_token))
+_decode_batch_each = _declare("llm_decode_batch_each", _status, POINTER(c_void_p), c_size_t,
+                             POINTER(POINTER(_Sampling)), POINTER(llm_token))
 _kv_evict = _declare("llm_kv_evict", _status, c_void_p, c_uint32, c_uint32)
 _session_stats = _declare("llm_session_stats", _status, c_void_p, POINTER(_SessionStats))
 _session_fork = _declare("llm_session_fork", _status, c_void_p, POINTER(c_void_p))
@@ -849,10 +851,12 @@ class Session:
 
 
 def decode_batch(sessions, sampling=None):
-    """Session.decode_step on each session, in order, as one C call
-    (llm_decode_batch); sampling None is greedy. On a CUDA model the sessions'
-    pending tokens run as one batched pass, so they share one read of the
-    weights. Returns a list: element i is the token of sessions[i], the one
+    """Session.decode_step on each session, in order, as one C call; the
+    sessions' pending tokens run as one batched pass, so they share one read
+    of the weights. sampling is None (greedy), one Sampling for all
+    (llm_decode_batch), or a list with one Sampling or None per session
+    (llm_decode_batch_each: other temperatures, seeds and grammars in one
+    pass; an invalid one fails before any session moves). Returns a list: element i is the token of sessions[i], the one
     it would have sampled alone. The sessions must be distinct and belong to
     the same C model (two Model() loads of one file are two models), else
     LlmError with INVALID_ARGUMENT and nothing advances. The calling thread
@@ -871,8 +875,15 @@ def decode_batch(sessions, sampling=None):
     ptrs = (c_void_p * n)(*[s._handle() for s in sessions])
     # -1 first: the library may reject the call before it writes them.
     out = (llm_token * n)(*([-1] * n))
-    raw = sampling._raw() if sampling else None
-    st = _decode_batch(ptrs, n, byref(raw) if raw is not None else None, out)
+    if isinstance(sampling, (list, tuple)):
+        if len(sampling) != n:
+            raise ValueError("%d samplings for %d sessions" % (len(sampling), n))
+        raws = [sp._raw() if sp is not None else None for sp in sampling]  # kept alive for the call
+        arr = (POINTER(_Sampling) * n)(*[ctypes.pointer(r) if r is not None else None for r in raws])
+        st = _decode_batch_each(ptrs, n, arr, out)
+    else:
+        raw = sampling._raw() if sampling else None
+        st = _decode_batch(ptrs, n, byref(raw) if raw is not None else None, out)
     tokens = list(out)
     # Sessions that advanced (also before a failure) continue their streams after their token.
     for s, tok in zip(sessions, tokens):

@@ -25,7 +25,7 @@ def load_stories(**kw):
 class VersionAndLayout(unittest.TestCase):
     def test_version(self):
         self.assertEqual(libllm.version(), libllm.HEADER_VERSION)
-        self.assertEqual(libllm.version_string(), "0.2.0")
+        self.assertEqual(libllm.version_string(), "0.3.0")
 
     def test_struct_sizes(self):
         # x86-64 / LP64 values pinned by tests/abi/layout_test.cpp.
@@ -194,6 +194,16 @@ class DecodeBatch(unittest.TestCase):
         # Any iterable of sessions will do.
         got = libllm.decode_batch(iter(batch), sampling)
         self.assertEqual(got, [s.decode_step(sampling) for s in alone])
+
+    def test_each_session_its_own_sampling(self):
+        each = [None, libllm.Sampling(temperature=0.9, seed=5), libllm.Sampling(temperature=1.3, top_k=20, seed=77)]
+        batch = [self.prompted(p) for p in BATCH_PROMPTS]
+        alone = [self.prompted(p) for p in BATCH_PROMPTS]
+        for step in range(10):
+            got = libllm.decode_batch(batch, each)
+            self.assertEqual(got, [s.decode_step(sp) for s, sp in zip(alone, each)], "step %d" % step)
+        with self.assertRaises(ValueError):
+            libllm.decode_batch(batch, each[:2])
 
     def test_rejects_duplicates_and_foreign_models(self):
         a = self.prompted("Lily had a")

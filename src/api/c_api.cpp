@@ -385,14 +385,16 @@ extern "C" LLM_API llm_status llm_decode_step(llm_session* session, const llm_sa
   LLM_API_END
 }
 
-extern "C" LLM_API llm_status llm_decode_batch(llm_session* const* sessions, size_t n, const llm_sampling* sampling,
-                                               llm_token* out_tokens) {
+namespace {
+
+// llm_decode_batch and llm_decode_batch_each: sampling[i] is session i's
+// (or shared by all when per_session is false).
+llm_status decode_batch_impl(llm_session* const* sessions, size_t n, const llm_sampling* const* samplings,
+                             bool per_session, llm_token* out_tokens) {
   LLM_API_BEGIN
   LLM_CHECK_ARG(sessions != nullptr || n == 0);
   LLM_CHECK_ARG(out_tokens != nullptr || n == 0);
   LLM_CHECK(n <= 4096, LLM_ERR_INVALID_ARGUMENT, "n %zu sessions is absurd", n);
-  LLM_CHECK(!sampling || sampling->struct_size >= sizeof(uint32_t), LLM_ERR_INVALID_ARGUMENT,
-            "sampling->struct_size is 0: initialise it with llm_sampling_init");
   for (size_t i = 0; i < n; ++i) out_tokens[i] = -1;
   std::vector<llm::Session*> ss(n);
   for (size_t i = 0; i < n; ++i) {
@@ -402,11 +404,33 @@ extern "C" LLM_API llm_status llm_decode_batch(llm_session* const* sessions, siz
     for (size_t j = 0; j < i; ++j)
       LLM_CHECK(sessions[j] != sessions[i], LLM_ERR_INVALID_ARGUMENT, "session %zu appears twice", i);
   }
+  // Every sampling and grammar is checked before any session moves.
+  std::vector<const llm_sampling*> samp(n, nullptr);
+  std::vector<const llm::TokenConstraint*> cons(n, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    const llm_sampling* s = samplings ? samplings[per_session ? i : 0] : nullptr;
+    LLM_CHECK(!s || s->struct_size >= sizeof(uint32_t), LLM_ERR_INVALID_ARGUMENT,
+              "sampling%s->struct_size is 0: initialise it with llm_sampling_init",
+              per_session ? (" " + std::to_string(i)).c_str() : "");
+    samp[i] = s;
+    cons[i] = llm::api::constraint_of(s, sessions[0]->model);
+  }
   if (n == 0) return LLM_OK;
-  llm::Session::decode_batch(ss.data(), n, sampling, out_tokens,
-                             llm::api::constraint_of(sampling, sessions[0]->model));
+  llm::Session::decode_batch(ss.data(), n, samp.data(), out_tokens, cons.data());
   return LLM_OK;
   LLM_API_END
+}
+
+}  // namespace
+
+extern "C" LLM_API llm_status llm_decode_batch(llm_session* const* sessions, size_t n, const llm_sampling* sampling,
+                                               llm_token* out_tokens) {
+  return decode_batch_impl(sessions, n, &sampling, false, out_tokens);
+}
+
+extern "C" LLM_API llm_status llm_decode_batch_each(llm_session* const* sessions, size_t n,
+                                                    const llm_sampling* const* samplings, llm_token* out_tokens) {
+  return decode_batch_impl(sessions, n, samplings, true, out_tokens);
 }
 
 extern "C" LLM_API llm_status llm_kv_evict(llm_session* session, uint32_t n_keep, uint32_t n_discard) {

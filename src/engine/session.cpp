@@ -375,8 +375,8 @@ int32_t Session::decode_step(const llm_sampling* user, const TokenConstraint* co
   return tok;
 }
 
-void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* sampling, int32_t* out,
-                           const TokenConstraint* constraint) {
+void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* const* samplings, int32_t* out,
+                           const TokenConstraint* const* constraints) {
   if (n == 0) return;
   cuda::Backend* gpu = ss[0]->model_.cuda();
   if (gpu && n > 1) {
@@ -414,7 +414,7 @@ void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* sam
   // pass in its ITL, as a step alone counts its forward pass.
   std::vector<uint32_t> gen0;  // per session: n_generated_ + 1 if a pass advanced it, else 0
   std::vector<double> pass_ms;  // per session: the time of the pass that advanced it
-  if (n > 1) decode_batch_cpu(ss, n, sampling, gen0, pass_ms);
+  if (n > 1) decode_batch_cpu(ss, n, gen0, pass_ms);
   struct PassTime {  // runs on the way out, also when a step throws
     Session* const* ss;
     const std::vector<uint32_t>& gen0;
@@ -427,7 +427,8 @@ void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* sam
         }
     }
   } pass_time{ss, gen0, pass_ms};
-  for (size_t i = 0; i < n; ++i) out[i] = ss[i]->decode_step(sampling, constraint);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = ss[i]->decode_step(samplings ? samplings[i] : nullptr, constraints ? constraints[i] : nullptr);
 }
 
 // Batched decode on the CPU. The sessions taken are a prefix of ss in the
@@ -442,12 +443,11 @@ void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* sam
 // batch too (it then fails or succeeds alone). A pass is all or nothing: if
 // it throws, its sessions drop the pages they took for it and are as they
 // were, and they and the rest run alone below.
-void Session::decode_batch_cpu(Session* const* ss, size_t n, const llm_sampling* sampling,
-                                std::vector<uint32_t>& gen0, std::vector<double>& pass_ms) {
+void Session::decode_batch_cpu(Session* const* ss, size_t n, std::vector<uint32_t>& gen0,
+                                std::vector<double>& pass_ms) {
   // Rows per pass: beyond this the weights are read once per many tokens
   // already and the activations outgrow the caches.
   constexpr size_t kMaxRows = 64;
-  sampling_from_user(sampling);  // an invalid sampling fails the first step, before anything ran
   std::vector<size_t> joins;
   for (size_t i = 0; i < n; ++i) {
     Session* s = ss[i];

@@ -46,9 +46,11 @@ class Session {
   // prefill(), reset() or a constraint with another key.
   int32_t decode_step(const llm_sampling* sampling, const TokenConstraint* constraint = nullptr);
   // decode_step on each of n distinct sessions of one model; sessions on the
-  // same CUDA backend run their pending tokens in one batched pass.
-  static void decode_batch(Session* const* sessions, size_t n, const llm_sampling* sampling, int32_t* out,
-                           const TokenConstraint* constraint = nullptr);
+  // same CUDA backend run their pending tokens in one batched pass. Session
+  // i samples with samplings[i] under constraints[i] (either array may be
+  // null: greedy, unconstrained; an entry may be null likewise).
+  static void decode_batch(Session* const* sessions, size_t n, const llm_sampling* const* samplings, int32_t* out,
+                           const TokenConstraint* const* constraints = nullptr);
   const float* logits();
   void evict(uint32_t n_keep, uint32_t n_discard);
   void reset();
@@ -101,8 +103,8 @@ class Session {
   // CPU sessions that can join as cpu::forward_batch passes. For each
   // session i a pass advanced: gen0[i] = n_generated_ + 1 and pass_ms[i] =
   // that pass's time (both left empty when no pass ran).
-  static void decode_batch_cpu(Session* const* ss, size_t n, const llm_sampling* sampling,
-                               std::vector<uint32_t>& gen0, std::vector<double>& pass_ms);
+  static void decode_batch_cpu(Session* const* ss, size_t n, std::vector<uint32_t>& gen0,
+                               std::vector<double>& pass_ms);
   void evict_cached(uint32_t n_keep, uint32_t n_discard);
   void ensure_logits();
   // Samples from logits_ under the constraint (if any) and advances it.

@@ -71,6 +71,81 @@ TEST(DecodeBatch, EqualsSteppingEachSessionAlone) {
   llm_model_free(m);
 }
 
+// llm_decode_batch_each: every session its own sampling (greedy, two
+// temperatures and seeds, a grammar) in one pass; each gets the tokens it
+// gets stepping alone with that sampling.
+TEST(DecodeBatch, EachSessionItsOwnSampling) {
+  llm_model* m = load();
+  llm_grammar* g = nullptr;
+  ASSERT_EQ(llm_grammar_create(m, "root ::= \" yes.\" | \" no.\"", "root", &g), LLM_OK) << llm_last_error();
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily had a", "Tom and Sam went", "The cat"};
+  std::vector<llm_sampling> samp(4);
+  for (auto& s : samp) llm_sampling_init(&s);
+  samp[1].temperature = 0.9f;
+  samp[1].seed = 5;
+  samp[2].temperature = 1.3f;
+  samp[2].top_k = 20;
+  samp[2].seed = 77;
+  samp[3].grammar = g;
+  const llm_sampling* each[4] = {nullptr, &samp[1], &samp[2], &samp[3]};
+  std::vector<llm_session*> batch, alone;
+  for (const auto& p : prompts) {
+    batch.push_back(start(m, p));
+    alone.push_back(start(m, p));
+  }
+  std::vector<std::vector<llm_token>> streams(prompts.size());
+  // Until the grammar's session ends (" yes." or " no.", then an end-of-generation token).
+  for (int step = 0; step < 16 && (streams[3].empty() || !llm_token_is_eog(m, streams[3].back())); ++step) {
+    std::vector<llm_token> got(prompts.size());
+    ASSERT_EQ(llm_decode_batch_each(batch.data(), batch.size(), each, got.data()), LLM_OK) << llm_last_error();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      llm_token want;
+      ASSERT_EQ(llm_decode_step(alone[i], each[i], &want), LLM_OK);
+      ASSERT_EQ(got[i], want) << "session " << i << " step " << step;
+      streams[i].push_back(got[i]);
+    }
+  }
+  EXPECT_TRUE(llm_token_is_eog(m, streams[3].back()));
+  // The sampled sessions differ from greedy on the same pass: their settings were used.
+  std::vector<llm_token> greedy(prompts.size());
+  ASSERT_EQ(llm_decode_batch_each(batch.data(), 3, nullptr, greedy.data()), LLM_OK);
+  for (size_t i = 0; i < 3; ++i) {
+    llm_token want;
+    ASSERT_EQ(llm_decode_step(alone[i], nullptr, &want), LLM_OK);
+    EXPECT_EQ(greedy[i], want) << "session " << i;
+  }
+
+  // An invalid sampling anywhere: refused before any session moves.
+  llm_sampling bad;
+  std::memset(&bad, 0, sizeof bad);
+  const llm_sampling* with_bad[3] = {nullptr, &samp[1], &bad};
+  llm_token out[3] = {7, 7, 7};
+  EXPECT_EQ(llm_decode_batch_each(batch.data(), 3, with_bad, out), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(llm_last_error()).find("sampling 2"), std::string::npos) << llm_last_error();
+  EXPECT_EQ(out[0], -1);
+  // A grammar of another model, likewise.
+  llm_model* other = load();
+  llm_grammar* foreign = nullptr;
+  ASSERT_EQ(llm_grammar_create(other, "root ::= \" yes.\"", "root", &foreign), LLM_OK);
+  llm_sampling fs;
+  llm_sampling_init(&fs);
+  fs.grammar = foreign;
+  const llm_sampling* with_foreign[3] = {nullptr, nullptr, &fs};
+  EXPECT_EQ(llm_decode_batch_each(batch.data(), 3, with_foreign, out), LLM_ERR_INVALID_ARGUMENT);
+  for (size_t i = 0; i < 3; ++i) {  // nothing moved: each still matches its twin
+    llm_token x, y;
+    ASSERT_EQ(llm_decode_step(batch[i], each[i], &x), LLM_OK);
+    ASSERT_EQ(llm_decode_step(alone[i], each[i], &y), LLM_OK);
+    EXPECT_EQ(x, y) << "session " << i;
+  }
+  llm_grammar_free(foreign);
+  llm_model_free(other);
+  for (auto* s : batch) llm_session_free(s);
+  for (auto* s : alone) llm_session_free(s);
+  llm_grammar_free(g);
+  llm_model_free(m);
+}
+
 TEST(DecodeBatch, RejectsDuplicatesForeignModelsAndNulls) {
   llm_model* m1 = load();
   llm_model* m2 = load();
@@ -371,7 +446,8 @@ void check_sessions(Sessions& batch, Sessions& alone, int steps, const std::stri
       samp.seed = uint64_t(step);
     }
     std::vector<int32_t> got(batch.size(), -1);
-    llm::Session::decode_batch(ptrs.data(), ptrs.size(), &samp, got.data());
+    const std::vector<const llm_sampling*> each(batch.size(), &samp);
+    llm::Session::decode_batch(ptrs.data(), ptrs.size(), each.data(), got.data());
     for (size_t k = 0; k < batch.size(); ++k) {
       ASSERT_EQ(got[k], alone[k]->decode_step(&samp)) << "session " << k << " step " << step;
       ASSERT_EQ(batch[k]->n_cached(), alone[k]->n_cached()) << "session " << k << " step " << step;
