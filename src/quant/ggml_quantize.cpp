@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "quant/quant.h"
 
 namespace llm {
 
@@ -64,14 +65,7 @@ inline int clamp_code(float v, int lo, int hi) {
 // Q5_0, 22 bytes: d = (value of largest magnitude, signed) / -16, code =
 // min(31, trunc(x/d + 16.5)); value = d * (code - 16).
 void quantize_q5_0_block(const float* x, uint8_t* out) {
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < kQK; ++j) {
-    if (amax < std::fabs(x[j])) {  // first of equal magnitudes wins, as in ggml
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  const float d = max / -16.0f;
+  const float d = signed_absmax(x, kQK) / -16.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   store_half(out, d);
   uint32_t qh = 0;
@@ -192,14 +186,8 @@ Affine fit_affine(const float* x, const float* w, int n, int nmax) {
 // x ~ s * q with q in -32..31 (s may be negative: the value of largest
 // magnitude can take the extra level -32 whatever its sign).
 float fit_symmetric(const float* x, const float* w, int n) {
-  float amax = 0.0f, vmax = 0.0f;
-  for (int j = 0; j < n; ++j) {
-    if (amax < std::fabs(x[j])) {
-      amax = std::fabs(x[j]);
-      vmax = x[j];
-    }
-  }
-  if (amax == 0.0f) return 0.0f;
+  const float vmax = signed_absmax(x, n);
+  if (vmax == 0.0f) return 0.0f;
   auto solve = [&](float s, double* out) {  // codes for step s, then the LS step; returns the error - sum w x^2
     const float is = 1.0f / s;
     double qq = 0.0, qx = 0.0;

@@ -54,14 +54,7 @@ inline int nibble(float v) {
 // that value maps to nibble 0 and the full range [-8, 7] is used on the other
 // side; nibble = min(15, trunc(x/d + 8.5)).
 void quantize_q4_group(const float* x, uint8_t* out, int g) {
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < g; ++j) {
-    if (amax < std::fabs(x[j])) {  // first of equal magnitudes wins, as in ggml
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  const float d = max / -8.0f;
+  const float d = signed_absmax(x, g) / -8.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   store_half(out, d);
   uint8_t* qs = out + 2;
@@ -84,6 +77,17 @@ void quantize_q4m_group(const float* x, const float* wt, uint8_t* out, int g) {
 }
 
 }  // namespace
+
+float signed_absmax(const float* x, int n) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
 
 int q4m_nibble(float x, float d, float m) {
   if (d == 0.0f) return 0;

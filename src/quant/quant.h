@@ -31,6 +31,10 @@ int q4m_nibble(float x, float d, float m);
 void quantize_row_weighted(DType t, uint32_t group, const float* src, const float* importance,
                            uint8_t* dst, int64_t cols);
 
+// The value of largest magnitude in x[0..n), with its sign (0 if all are 0);
+// the first of equal magnitudes wins, as in ggml's Q4_0/Q5_0 rule.
+float signed_absmax(const float* x, int n);
+
 // Converts one stored row back to floats.
 void dequantize_row(DType t, uint32_t group, const uint8_t* src, float* dst, int64_t cols);
 
