@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "quant/awq.h"
 #include "quant/distill.h"
+#include "quant/kquant_mix.h"
 #include "quant/quant.h"
 #include "reference.h"
 
@@ -49,11 +50,7 @@ const std::vector<std::vector<int32_t>>& reference_sequences() {
 
 // Re-encodes every tensor as llm-convert would (plan_llm_tensor, then
 // dequantize_row / quantize_row), in memory.
-llm::ModelSource quantize_in_memory(const llm::ModelSource& src, DType dtype, uint32_t group) {
-  llm::LlmConvertOptions co;
-  co.requantize = true;
-  co.dtype = dtype;
-  co.group = group;
+llm::ModelSource quantize_in_memory(const llm::ModelSource& src, const llm::LlmConvertOptions& co) {
   llm::ModelSource out = src;
   for (auto& t : out.tensors) {
     const llm::LlmTensorSpec s = llm::plan_llm_tensor(t.name, t.shape, t.dtype, t.group, co, nullptr);
@@ -72,6 +69,14 @@ llm::ModelSource quantize_in_memory(const llm::ModelSource& src, DType dtype, ui
     t.owned = std::move(bytes);
   }
   return out;
+}
+
+llm::ModelSource quantize_in_memory(const llm::ModelSource& src, DType dtype, uint32_t group) {
+  llm::LlmConvertOptions co;
+  co.requantize = true;
+  co.dtype = dtype;
+  co.group = group;
+  return quantize_in_memory(src, co);
 }
 
 // Tensors that GPTQ left in a format other than the plan's (GPTQ skips
@@ -343,3 +348,151 @@ TEST(QuantQuality, Q8FastKernelsStillAgree) {
   EXPECT_GE(q.agreement, 0.98);
 }
 
+
+// --- K-quant mixes (llm-convert --quant q4_K_M / q5_K_M / q6_K)
+
+// stories260K widened so that every matrix row is whole 256-value blocks,
+// computing the same function: dim 64 -> 256 (zero channels), 8 -> 32 query
+// and 4 -> 16 KV heads of size 8 (zero heads: their scores are uniform over
+// zero values), hidden 172 -> 256 (zero units: silu(0) * 0 = 0). RMSNorm
+// then averages over 4x the channels, so eps becomes eps / 4 and the norm
+// weights w / 2 (both exact in float). The K types quantize each real row
+// as its first 64 (or 172) values followed by zero sub-blocks, which they
+// code exactly: the error is that of the K formats on the real values.
+const llm::ModelSource& wide_source() {
+  static const llm::ModelSource wide = [] {
+    const llm::ModelSource& src = f32_source();
+    llm::ModelSource w;
+    w.config = src.config;
+    w.vocab = src.vocab;
+    w.meta = src.meta;
+    const int64_t dim = src.config.dim, hd = src.config.head_dim;
+    w.config.dim = 256;
+    w.config.hidden_dim = 256;
+    w.config.n_heads = 256 / int32_t(hd);
+    w.config.n_kv_heads = src.config.n_kv_heads * (w.config.n_heads / src.config.n_heads);
+    w.config.norm_eps = src.config.norm_eps / 4.0f;
+    const int64_t kv_rows = int64_t(w.config.n_kv_heads) * hd;
+    for (const auto& t : src.tensors) {
+      const std::string kind = llm::layer_tensor_kind(t.name);
+      std::vector<int64_t> shape;
+      if (t.shape.size() == 1) {
+        shape = {256};
+      } else if (kind == "attn_k.weight" || kind == "attn_v.weight") {
+        shape = {kv_rows, 256};
+      } else if (t.name == "token_embd.weight" || t.name == "output.weight") {
+        shape = {t.shape[0], 256};
+      } else {
+        shape = {256, 256};
+      }
+      llm::TensorData o;
+      o.name = t.name;
+      o.dtype = DType::F32;
+      o.shape = shape;
+      auto bytes = std::make_shared<std::vector<uint8_t>>(size_t(shape[0] * shape.back()) * 4, 0);
+      float* dst = reinterpret_cast<float*>(bytes->data());
+      const float* in = reinterpret_cast<const float*>(t.data);
+      const float scale = t.shape.size() == 1 && t.shape[0] == dim ? 0.5f : 1.0f;  // the RMSNorm weights
+      for (int64_t r = 0; r < t.rows(); ++r)
+        for (int64_t c = 0; c < t.cols(); ++c) dst[r * shape.back() + c] = in[r * t.cols() + c] * scale;
+      o.data = bytes->data();
+      o.nbytes = bytes->size();
+      o.owned = std::move(bytes);
+      w.tensors.push_back(std::move(o));
+    }
+    return w;
+  }();
+  return wide;
+}
+
+llm::ModelSource mix_in_memory(const llm::ModelSource& src, const char* mix) {
+  llm::LlmConvertOptions co;
+  EXPECT_TRUE(llm::kquant_mix_options(mix, src.config.n_layers, src.find("output.weight") == nullptr, &co));
+  return quantize_in_memory(src, co);
+}
+
+// Bits per stored matrix weight of a converted model.
+double bits_per_weight(const llm::ModelSource& m) {
+  double bytes = 0, n = 0;
+  for (const auto& t : m.tensors)
+    if (t.shape.size() >= 2) bytes += double(t.nbytes), n += double(t.numel());
+  return 8.0 * bytes / n;
+}
+
+TEST(QuantQuality, WideModelIsTheSameFunction) {
+  const Quality q = compare(f32_model(), *build(wide_source(), true));
+  std::printf("wide f32: agreement %.4f, mean KL %.8f\n", q.agreement, q.mean_kl);
+  EXPECT_EQ(q.agreement, 1.0);
+  EXPECT_LT(q.mean_kl, 1e-7);
+}
+
+// Teacher-forced agreement and KL against f32 for the K types and the mixes.
+// On the widened model every matrix is a K type (bits per weight counted
+// over the real weights: zero padding is not charged); on stories260K itself
+// (rows of 64 and 172) the mixes fall back to q5_0 / q5_1 / q8 / f16, as in
+// llama.cpp.
+TEST(QuantQuality, KQuantMixes) {
+  const llm::Model& wide_f32 = f32_model();  // the same function (test above)
+  struct Row {
+    const char* name;
+    Quality wide, narrow;
+    double wide_bits;
+  };
+  std::vector<Row> rows;
+  auto plain = [](const llm::ModelSource& src, DType t) {
+    llm::LlmConvertOptions co;
+    co.requantize = true;
+    co.dtype = t;
+    co.group = 32;
+    return quantize_in_memory(src, co);
+  };
+  for (const char* name : {"q6_K", "q5_K_M", "q4_K_M", "q5_K", "q4_K", "q8", "q4"}) {
+    const std::string n = name;
+    llm::ModelSource w, s;
+    if (n == "q5_K_M" || n == "q4_K_M") {
+      w = mix_in_memory(wide_source(), name);
+      s = mix_in_memory(f32_source(), name);
+    } else {
+      const DType t = n == "q6_K" ? DType::Q6_K : n == "q5_K" ? DType::Q5_K : n == "q4_K" ? DType::Q4_K
+                    : n == "q8" ? DType::Q8 : DType::Q4;
+      w = plain(wide_source(), t);
+      s = plain(f32_source(), t);
+    }
+    // Bits over the real weights: the stored bytes scaled by real / padded values per matrix.
+    double bytes = 0, real = 0;
+    for (const auto& t : w.tensors) {
+      if (t.shape.size() < 2) continue;
+      const llm::TensorData* o = f32_source().find(t.name);
+      bytes += double(t.nbytes) * double(o->numel()) / double(t.numel());
+      real += double(o->numel());
+    }
+    rows.push_back({name, compare(wide_f32, *build(w, true)), compare(f32_model(), *build(s, true)),
+                    8.0 * bytes / real});
+    const Row& r = rows.back();
+    if (n == "q4_K_M") {  // the K kernels on these bytes (Q8_K activations, f32 KV)
+      const Quality fast = compare(wide_f32, *build(w, false));
+      std::printf("q4_K_M wide, fast kernels: agreement %.4f, KL %.6f\n", fast.agreement, fast.mean_kl);
+      EXPECT_LT(fast.mean_kl, 0.035);
+    }
+    std::printf("%-7s wide: agreement %.4f, KL %.6f, %.3f bits/weight | stories260K (fallbacks): agreement %.4f, "
+                "KL %.6f, %.3f bits/weight\n",
+                name, r.wide.agreement, r.wide.mean_kl, r.wide_bits, r.narrow.agreement, r.narrow.mean_kl,
+                bits_per_weight(s));
+  }
+  auto kl = [&](const char* name) {
+    for (const Row& r : rows)
+      if (std::string(r.name) == name) return r.wide.mean_kl;
+    return -1.0;
+  };
+  // More bits, less divergence; the mixes beat their base type; 4.5-bit
+  // Q4_K beats 4.5-bit q4 g32 (Q4_0).
+  EXPECT_LT(kl("q6_K"), kl("q5_K_M"));
+  EXPECT_LT(kl("q5_K_M"), kl("q4_K_M"));
+  EXPECT_LT(kl("q5_K_M"), kl("q5_K"));
+  EXPECT_LT(kl("q4_K_M"), kl("q4_K"));
+  EXPECT_LT(kl("q4_K"), kl("q4"));
+  // Regression floors (measured: q6_K 0.968 / KL 0.0031, q4_K_M 0.922 / 0.026).
+  EXPECT_GE(rows[0].wide.agreement, 0.95);
+  EXPECT_LT(kl("q6_K"), 0.005);
+  EXPECT_LT(kl("q4_K_M"), 0.035);
+}
