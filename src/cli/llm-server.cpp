@@ -7,14 +7,15 @@
 // Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
 // GET /health, GET /metrics (docs/SERVER.md).
 //
-// Threads. cpp-httplib's pool runs the HTTP handlers; they parse, render and
-// tokenize, then hand a Job to the Scheduler and wait on the job's condition
-// variable for text. One scheduler thread owns every llm_session: each step
-// it admits queued jobs (up to --parallel), prefills a bounded number of
+// Threads. cpp-httplib's pool runs the HTTP handlers; they parse the body
+// (server/request.cpp, fuzzed by tests/fuzz/fuzz_server_request.cpp), render
+// the chat and compile any grammar, then hand a Job to the Scheduler and wait
+// on the job's condition variable for text. One scheduler thread owns every
+// llm_session and does the tokenizing (so only its thread holds a tokenizer
+// word cache): each step it admits queued jobs (up to --parallel), prefills a bounded number of
 // prompt tokens (so long prompts do not stall running streams), then
-// advances every decoding job with llm_decode_batch, one call per group of
-// jobs that share the same sampling settings (the call takes one
-// llm_sampling for all its sessions). A job whose client went away is
+// advances every decoding job with one llm_decode_batch_each call (each job
+// keeps its own sampling settings, seed and grammar). A job whose client went away is
 // cancelled and its session freed at the start of the next step.
 #include <httplib.h>
 #include <pthread.h>
@@ -41,10 +42,10 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "api_strings.h"
+#include "server/request.h"
 #include "llm.h"
 
 namespace {
@@ -69,7 +70,7 @@ struct Options {
   uint32_t prefill_chunk = 256;  // prompt tokens prefilled per scheduler step
   uint64_t kv_budget_mib = 0;    // 0: the library's default
   bool have_seed = false;
-  uint64_t seed = 0;  // for requests without a seed (else random per burst)
+  uint64_t seed = 0;  // for requests without a seed (else random per request)
 };
 
 void usage() {
@@ -93,11 +94,8 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 // ---------------------------------------------------------------- errors
 
-// An OpenAI-style error: {"error":{"message","type","param","code"}}.
-struct ApiError {
-  int status = 0;  // 0: no error
-  std::string type, code, message;
-};
+using llm_server::ApiError;
+using llm_server::bad_request;
 
 json error_json(const ApiError& e) {
   json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}};
@@ -108,10 +106,6 @@ json error_json(const ApiError& e) {
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(dump(error_json(e)), "application/json");
-}
-
-ApiError bad_request(const std::string& msg, const std::string& code = "") {
-  return {400, "invalid_request_error", code, msg};
 }
 
 // ---------------------------------------------------------------- metrics
@@ -181,7 +175,7 @@ struct Metrics {
     scalar("llm_kv_bytes_in_use", "gauge", "Bytes of those KV pages.", double(kv_bytes.load()));
     ttft.write(out, "llm_time_to_first_token_seconds", "Arrival of a request to its first generated token.");
     itl.write(out, "llm_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
-    batch.write(out, "llm_decode_batch_sessions", "Sessions advanced by one llm_decode_batch call.");
+    batch.write(out, "llm_decode_batch_sessions", "Sessions advanced by one llm_decode_batch_each call.");
     return out;
   }
 };
@@ -195,16 +189,19 @@ enum class Phase { kQueued, kPrefill, kDecode, kDone };
 // text stream; the rest is shared under mu.
 struct Job {
   // Inputs.
-  std::vector<llm_token> prompt;
+  std::string prompt_text;     // tokenized by the scheduler (one thread's tokenizer cache, not one per HTTP thread)
+  uint32_t tokenize_flags = 0;
+  uint64_t max_tokens_asked = 0;  // 0: as many as the context holds
   llm_sampling sampling{};
   bool default_seed = true;                 // the request gave no seed
   std::shared_ptr<llm_grammar> grammar;     // kept alive while the job lives
   std::vector<std::string> stops;
-  uint32_t max_tokens = 0;
   bool ignore_eos = false;  // extension: end-of-generation tokens are generated but not obeyed
   Clock::time_point arrived = Clock::now();
 
   // The scheduler's own.
+  std::vector<llm_token> prompt;
+  uint32_t max_tokens = 0;
   llm_session* session = nullptr;
   llm_text_stream* text = nullptr;
   size_t n_prefilled = 0;
@@ -222,12 +219,6 @@ struct Job {
 };
 
 int cancel_poll(void* user) { return static_cast<Job*>(user)->cancelled.load() ? 1 : 0; }
-
-// Sampling settings that may share one llm_decode_batch call.
-using SamplingKey = std::tuple<float, int32_t, float, float, float, uint64_t, int32_t, const llm_grammar*>;
-SamplingKey key_of(const llm_sampling& s) {
-  return SamplingKey(s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.seed, s.repeat_last_n, s.grammar);
-}
 
 // ---------------------------------------------------------------- scheduler
 
@@ -293,8 +284,6 @@ class Scheduler {
   // The scheduler thread's own.
   std::vector<std::shared_ptr<Job>> active_;
   std::mt19937_64 rng_;
-  uint64_t default_seed_ = 0;
-  int n_default_seed_ = 0;  // active jobs on default_seed_
   std::vector<char> buf_ = std::vector<char>(1 << 16);
 };
 
@@ -317,13 +306,8 @@ void Scheduler::run() {
         active_.push_back(queue_.front());
         queue_.pop_front();
         Job& j = *active_.back();
-        if (j.default_seed) {
-          // Requests without a seed share one while any of them runs, so
-          // they can share batched steps; a new burst draws a new one.
-          if (n_default_seed_ == 0) default_seed_ = opt_.have_seed ? opt_.seed : rng_();
-          j.sampling.seed = default_seed_;
-          ++n_default_seed_;
-        }
+        // A request without a seed gets --seed, or one of its own.
+        if (j.default_seed) j.sampling.seed = opt_.have_seed ? opt_.seed : rng_();
       }
       metrics_.queue_depth = int64_t(queue_.size());
     }
@@ -357,11 +341,7 @@ void Scheduler::run() {
     decode_step();
     const size_t before = active_.size();
     active_.erase(std::remove_if(active_.begin(), active_.end(),
-                                 [&](const std::shared_ptr<Job>& j) {
-                                   if (j->phase != Phase::kDone) return false;
-                                   if (j->default_seed) --n_default_seed_;
-                                   return true;
-                                 }),
+                                 [](const std::shared_ptr<Job>& j) { return j->phase == Phase::kDone; }),
                   active_.end());
     metrics_.active = int64_t(active_.size());
     if (active_.size() != before || Clock::now() - last_gauge > std::chrono::milliseconds(50)) {
@@ -372,6 +352,22 @@ void Scheduler::run() {
 }
 
 void Scheduler::start(Job& j) {
+  if (llm_cli::tokenize(model_, j.prompt_text, j.tokenize_flags, j.prompt) != LLM_OK) {
+    fail(j, {500, "server_error", "internal_error", std::string("tokenize: ") + llm_last_error()});
+    return;
+  }
+  if (j.prompt.empty()) {
+    fail(j, bad_request("the prompt is empty"));
+    return;
+  }
+  if (j.prompt.size() >= ctx_) {
+    fail(j, bad_request("the prompt has " + std::to_string(j.prompt.size()) + " tokens; the context holds " +
+                            std::to_string(ctx_),
+                        "context_length_exceeded"));
+    return;
+  }
+  const uint64_t room = ctx_ - j.prompt.size();
+  j.max_tokens = uint32_t(j.max_tokens_asked == 0 ? room : std::min(j.max_tokens_asked, room));
   llm_session_params sp;
   llm_session_params_init(&sp);
   sp.max_tokens = ctx_;
@@ -432,39 +428,38 @@ void Scheduler::prefill_step() {
   }
 }
 
-// One token for every decoding job: one llm_decode_batch per group of jobs
-// with the same sampling settings.
+// One token for every decoding job, in one llm_decode_batch_each call.
 void Scheduler::decode_step() {
-  std::map<SamplingKey, std::vector<Job*>> groups;
+  std::vector<Job*> jobs;
   for (auto& j : active_)
-    if (j->phase == Phase::kDecode) groups[key_of(j->sampling)].push_back(j.get());
+    if (j->phase == Phase::kDecode) jobs.push_back(j.get());
+  if (jobs.empty()) return;
   std::vector<llm_session*> sessions;
-  std::vector<llm_token> out;
-  for (auto& g : groups) {
-    std::vector<Job*>& jobs = g.second;
-    sessions.clear();
-    for (Job* j : jobs) sessions.push_back(j->session);
-    out.assign(jobs.size(), -1);
-    {
-      std::lock_guard<std::mutex> l(metrics_.mu);
-      metrics_.batch.observe(double(jobs.size()));
-    }
-    const llm_status st = llm_decode_batch(sessions.data(), sessions.size(), &jobs[0]->sampling, out.data());
-    const Clock::time_point now = Clock::now();
-    size_t i = 0;
-    for (; i < jobs.size() && out[i] >= 0; ++i) on_token(*jobs[i], out[i], now);
-    if (st != LLM_OK && i < jobs.size()) {
-      // jobs[i] failed; those after it did not move and run next step.
-      Job& j = *jobs[i];
-      if (st == LLM_ERR_CONTEXT_FULL) {
-        size_t len = 0;
-        if (llm_text_stream_flush(j.text, buf_.data(), buf_.size(), &len) == LLM_OK && len)
-          publish(j, std::string(buf_.data(), len));
-        finish(j, "length");
-      } else {
-        fail(j, {500, "server_error", "internal_error",
-                 std::string("decode failed: ") + llm_status_string(st) + " " + llm_last_error()});
-      }
+  std::vector<const llm_sampling*> samplings;
+  for (Job* j : jobs) {
+    sessions.push_back(j->session);
+    samplings.push_back(&j->sampling);
+  }
+  std::vector<llm_token> out(jobs.size(), -1);
+  {
+    std::lock_guard<std::mutex> l(metrics_.mu);
+    metrics_.batch.observe(double(jobs.size()));
+  }
+  const llm_status st = llm_decode_batch_each(sessions.data(), sessions.size(), samplings.data(), out.data());
+  const Clock::time_point now = Clock::now();
+  size_t i = 0;
+  for (; i < jobs.size() && out[i] >= 0; ++i) on_token(*jobs[i], out[i], now);
+  if (st != LLM_OK && i < jobs.size()) {
+    // jobs[i] failed; those after it did not move and run next step.
+    Job& j = *jobs[i];
+    if (st == LLM_ERR_CONTEXT_FULL) {
+      size_t len = 0;
+      if (llm_text_stream_flush(j.text, buf_.data(), buf_.size(), &len) == LLM_OK && len)
+        publish(j, std::string(buf_.data(), len));
+      finish(j, "length");
+    } else {
+      fail(j, {500, "server_error", "internal_error",
+               std::string("decode failed: ") + llm_status_string(st) + " " + llm_last_error()});
     }
   }
 }
@@ -582,7 +577,7 @@ class Server {
  private:
   bool authorized(const httplib::Request& req) const;
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
-  ApiError build_job(const json& body, bool chat, Job& job, bool& stream, bool& include_usage);
+  ApiError build_job(const llm_server::Request& r, bool chat, Job& job);
   ApiError json_object_grammar(std::shared_ptr<llm_grammar>& out);
   std::string new_id(const char* prefix);
 
@@ -640,156 +635,36 @@ llm_status render_chat(const llm_model* model, const std::string& tpl, const std
   return llm_cli::render_chat(model, tpl, msgs, true, out);
 }
 
-using llm_cli::tokenize;
-
-// Text of an OpenAI message content: a string, null, or an array of parts
-// of which only {"type":"text"} ones are understood.
-bool content_text(const json& c, std::string& out) {
-  if (c.is_null()) return true;
-  if (c.is_string()) {
-    out = c.get<std::string>();
-    return true;
-  }
-  if (!c.is_array()) return false;
-  for (const json& part : c) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-      return false;
-    if (!out.empty()) out += "\n";
-    out += part["text"].get<std::string>();
-  }
-  return true;
-}
-
-// Reads the request body into job; on error returns it (job half filled).
-ApiError Server::build_job(const json& body, bool chat, Job& job, bool& stream, bool& include_usage) {
-  if (!body.is_object()) return bad_request("the request body must be a JSON object");
-  if (body.contains("model") && !body["model"].is_null()) {
-    if (!body["model"].is_string()) return bad_request("'model' must be a string");
-    const std::string m = body["model"].get<std::string>();
-    if (m != opt_.model_name)
-      return {404, "invalid_request_error", "model_not_found",
-              "The model '" + m + "' does not exist; this server has '" + opt_.model_name + "'"};
-  }
-  if (body.contains("n") && !body["n"].is_null() && body["n"] != 1) return bad_request("only n = 1 is supported");
-
-  // Prompt tokens.
+// Fills job from a parsed request: renders the chat, compiles the grammar.
+ApiError Server::build_job(const llm_server::Request& r, bool chat, Job& job) {
   if (chat) {
-    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
-      return bad_request("'messages' must be a non-empty array", "invalid_messages");
-    std::vector<std::string> roles, contents;
-    for (const json& m : body["messages"]) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        return bad_request("each message needs a string 'role'", "invalid_messages");
-      std::string text;
-      if (!content_text(m.contains("content") ? m["content"] : json(nullptr), text))
-        return bad_request("message content must be a string or an array of text parts", "invalid_messages");
-      roles.push_back(m["role"].get<std::string>());
-      contents.push_back(std::move(text));
-    }
-    std::string prompt;
-    const llm_status st = render_chat(model_, tpl_, roles, contents, prompt);
+    const llm_status st = render_chat(model_, tpl_, r.roles, r.contents, job.prompt_text);
     if (st == LLM_ERR_INVALID_ARGUMENT)
       return bad_request(std::string("chat template: ") + llm_last_error(), "invalid_messages");
     if (st != LLM_OK)
       return {500, "server_error", "chat_template",
               std::string("cannot render the chat (start the server with --chat-template-file?): ") +
                   llm_last_error()};
-    if (tokenize(model_, prompt, LLM_TOKENIZE_PARSE_SPECIAL, job.prompt) != LLM_OK)
-      return {500, "server_error", "internal_error", std::string("tokenize: ") + llm_last_error()};
+    job.tokenize_flags = LLM_TOKENIZE_PARSE_SPECIAL;
   } else {
-    if (!body.contains("prompt")) return bad_request("'prompt' is required");
-    json p = body["prompt"];
-    if (p.is_array() && p.size() == 1) p = p[0];
-    if (!p.is_string()) return bad_request("'prompt' must be a string (or an array of one string)");
-    if (tokenize(model_, p.get<std::string>(), LLM_TOKENIZE_ADD_BOS | LLM_TOKENIZE_PARSE_SPECIAL, job.prompt) !=
-        LLM_OK)
-      return {500, "server_error", "internal_error", std::string("tokenize: ") + llm_last_error()};
+    job.prompt_text = r.prompt;
+    job.tokenize_flags = LLM_TOKENIZE_ADD_BOS | LLM_TOKENIZE_PARSE_SPECIAL;
   }
-  if (job.prompt.empty()) return bad_request("the prompt is empty");
-  if (job.prompt.size() >= ctx_)
-    return bad_request("the prompt has " + std::to_string(job.prompt.size()) + " tokens; the context holds " +
-                           std::to_string(ctx_),
-                       "context_length_exceeded");
-
-  // Generation settings.
-  auto number = [&](const char* key, double lo, double hi, double& v) -> bool {
-    if (!body.contains(key) || body[key].is_null()) return true;
-    if (!body[key].is_number()) return false;
-    v = body[key].get<double>();
-    return v >= lo && v <= hi;
-  };
-  double max_tokens = double(ctx_ - job.prompt.size());
-  const char* mt_key = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (!number(mt_key, 1, 1e9, max_tokens)) return bad_request(std::string("'") + mt_key + "' must be >= 1");
-  job.max_tokens = uint32_t(std::min<double>(max_tokens, double(ctx_ - job.prompt.size())));
-  llm_sampling_init(&job.sampling);
-  double temperature = 1.0, top_p = 1.0, min_p = 0.0, top_k = 0, repeat_penalty = 1.0;
-  if (!number("temperature", 0, 2, temperature)) return bad_request("'temperature' must be in [0, 2]");
-  if (!number("top_p", 0, 1, top_p)) return bad_request("'top_p' must be in [0, 1]");
-  if (!number("min_p", 0, 1, min_p)) return bad_request("'min_p' must be in [0, 1]");
-  if (!number("top_k", 0, 1e9, top_k)) return bad_request("'top_k' must be >= 0");
-  if (!number("repeat_penalty", 0, 10, repeat_penalty)) return bad_request("'repeat_penalty' must be in [0, 10]");
-  job.sampling.temperature = float(temperature);
-  job.sampling.top_p = float(top_p);
-  job.sampling.min_p = float(min_p);
-  job.sampling.top_k = int32_t(top_k);
-  job.sampling.repeat_penalty = float(repeat_penalty);
-  if (body.contains("seed") && !body["seed"].is_null()) {
-    if (!body["seed"].is_number_integer()) return bad_request("'seed' must be an integer");
-    job.sampling.seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>()
-                                                           : uint64_t(body["seed"].get<int64_t>());
-    job.default_seed = false;
-  }
-  if (body.contains("stop") && !body["stop"].is_null()) {
-    const json& s = body["stop"];
-    if (s.is_string()) {
-      job.stops.push_back(s.get<std::string>());
-    } else if (s.is_array() && s.size() <= 16) {
-      for (const json& x : s) {
-        if (!x.is_string()) return bad_request("'stop' must be a string or an array of strings");
-        job.stops.push_back(x.get<std::string>());
-      }
-    } else {
-      return bad_request("'stop' must be a string or an array of up to 16 strings");
-    }
-    for (const std::string& x : job.stops)
-      if (x.empty() || x.size() > 1024) return bad_request("stop strings must have 1 to 1024 bytes");
-  }
-  stream = false;
-  if (body.contains("stream") && !body["stream"].is_null()) {
-    if (!body["stream"].is_boolean()) return bad_request("'stream' must be a boolean");
-    stream = body["stream"].get<bool>();
-  }
-  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
-    if (!body["ignore_eos"].is_boolean()) return bad_request("'ignore_eos' must be a boolean");
-    job.ignore_eos = body["ignore_eos"].get<bool>();
-  }
-  include_usage = false;
-  if (body.contains("stream_options") && body["stream_options"].is_object())
-    include_usage = body["stream_options"].value("include_usage", false);
-  if (body.contains("response_format") && !body["response_format"].is_null()) {
-    const json& rf = body["response_format"];
-    const std::string type = rf.is_object() ? rf.value("type", "") : "";
-    if (type == "json_object") {
-      const ApiError e = json_object_grammar(job.grammar);
-      if (e.status) return e;
-    } else if (type == "json_schema") {
-      if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema"))
-        return bad_request("response_format json_schema needs json_schema.schema");
-      const std::string schema = dump(rf["json_schema"]["schema"]);
-      llm_grammar* g = nullptr;
-      const llm_status st = llm_grammar_from_json_schema(model_, schema.c_str(), &g);
-      if (st != LLM_OK) return bad_request(std::string("json_schema: ") + llm_last_error(), "invalid_schema");
-      job.grammar.reset(g, llm_grammar_free);
-    } else if (type != "text") {
-      return bad_request("response_format type must be text, json_object or json_schema");
-    }
+  job.max_tokens_asked = r.max_tokens;
+  job.sampling = r.sampling;
+  job.default_seed = r.default_seed;
+  job.stops = r.stops;
+  job.ignore_eos = r.ignore_eos;
+  if (r.format == llm_server::ResponseFormat::kJsonObject) {
+    const ApiError e = json_object_grammar(job.grammar);
+    if (e.status) return e;
+  } else if (r.format == llm_server::ResponseFormat::kJsonSchema) {
+    llm_grammar* g = nullptr;
+    const llm_status st = llm_grammar_from_json_schema(model_, r.schema.c_str(), &g);
+    if (st != LLM_OK) return bad_request(std::string("json_schema: ") + llm_last_error(), "invalid_schema");
+    job.grammar.reset(g, llm_grammar_free);
   }
   job.sampling.grammar = job.grammar.get();
-  if (!(job.sampling.temperature > 0.f)) {  // greedy: the seed plays no part, so it must not split batches
-    job.sampling.seed = 0;
-    job.default_seed = false;
-  }
   return {};
 }
 
@@ -807,21 +682,11 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
     send_error(res, {503, "server_error", "shutting_down", "the server is shutting down"});
     return;
   }
-  json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::exception& e) {
-    send_error(res, bad_request(std::string("invalid JSON: ") + e.what(), "invalid_json"));
-    return;
-  }
+  llm_server::Request r;
+  ApiError err = llm_server::parse_request(req.body, chat, opt_.model_name, r);
   auto job = std::make_shared<Job>();
-  bool stream = false, include_usage = false;
-  ApiError err;
-  try {
-    err = build_job(body, chat, *job, stream, include_usage);
-  } catch (const json::exception& e) {
-    err = bad_request(std::string("invalid request: ") + e.what());
-  }
+  if (!err.status) err = build_job(r, chat, *job);
+  const bool stream = r.stream, include_usage = r.include_usage;
   if (err.status) {
     send_error(res, err);
     return;
