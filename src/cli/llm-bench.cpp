@@ -330,7 +330,23 @@ struct ModelFacts {
   llm_model_properties info{};
   uint64_t bytes_per_token = 0;  // weight bytes one decode step reads
   bool tied = false;
+  uint64_t file_bytes = 0;       // size of the model file
+  uint64_t rss_after_load = 0;   // the process's VmRSS right after llm_load, no session yet (Linux; else 0)
 };
+
+// The process's resident set (VmRSS) in bytes, 0 where /proc is missing.
+uint64_t resident_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.compare(0, 6, "VmRSS:") == 0) return uint64_t(std::strtoull(line.c_str() + 6, nullptr, 10)) * 1024;
+  return 0;
+}
+
+uint64_t file_size(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  return f ? uint64_t(f.tellg()) : 0;
+}
 
 // A decode step reads every matrix once, the norms, and one row of the token
 // embedding. The public API gives total weight_bytes and n_params; the
@@ -691,10 +707,12 @@ void print_json(const std::vector<TestResult>& results, const std::string& cpu, 
     double kv = 0;
     for (double k : r.kv_bytes) kv += k / double(r.kv_bytes.size());
     std::printf("    {\"model\": \"%s\", \"architecture\": \"%s\", \"weight_type\": \"%s\", \"weight_bytes\": %llu, "
-                "\"n_params\": %llu, \"weight_bytes_per_token\": %llu, \"tied_embedding\": %s,\n",
+                "\"n_params\": %llu, \"weight_bytes_per_token\": %llu, \"tied_embedding\": %s, \"file_bytes\": %llu, "
+                "\"rss_after_load_bytes\": %llu,\n",
                 json_escape(r.model_path).c_str(), p.architecture, p.weight_type, (unsigned long long)p.weight_bytes,
                 (unsigned long long)p.n_params, (unsigned long long)r.facts.bytes_per_token,
-                r.facts.tied ? "true" : "false");
+                r.facts.tied ? "true" : "false", (unsigned long long)r.facts.file_bytes,
+                (unsigned long long)r.facts.rss_after_load);
     std::printf("     \"device\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, "
                 "\"n_gen\": %d, \"depth\": %d, \"sessions\": %d,\n",
                 device_name(r.device), r.threads, kv_name(r.spec.kv), r.name().c_str(), r.spec.n_prompt, r.spec.n_gen,
@@ -828,7 +846,12 @@ int main(int argc, char** argv) {
         exit_code = 1;
         break;
       }
-      const ModelFacts facts = model_facts(m);
+      ModelFacts facts = model_facts(m);
+      facts.rss_after_load = resident_bytes();
+      facts.file_bytes = file_size(path);
+      if (progress)
+        std::fprintf(stderr, "llm-bench: resident %.1f MiB after the load (file %.1f MiB)\n",
+                     double(facts.rss_after_load) / double(1 << 20), double(facts.file_bytes) / double(1 << 20));
       Runner runner(m, facts.info, seed);
       if (!grammar_path.empty()) {
         std::string err;
