@@ -8,8 +8,9 @@
 #
 # usage: tests/bench/compare_llamacpp.sh LLAMACPP_SRC [LLM_BUILD_DIR]
 #
-#   LLAMACPP_SRC   a llama.cpp checkout (the baseline used commit
-#                  c392e5094deaf2d1a7c18683214f007fad3fe42b, b4747)
+#   LLAMACPP_SRC   a llama.cpp checkout (the first baseline was b4747; the
+#                  current one is vendor/llama.cpp of the PyPI source package
+#                  llama-cpp-python 0.3.36)
 #   LLM_BUILD_DIR  libllm build with bin/llm-bench (default: build)
 #
 # Environment (defaults in brackets):
@@ -24,7 +25,7 @@
 #                           has) and/or avx2 (LLM_CPU_ISA=avx2: the AVX2
 #                           kernels only, the fair match for the avx2 build)
 #   THREADS ["1 2"]         thread counts
-#   QUANTS ["q4_0 q8_0 f16"]
+#   QUANTS ["q4_0 q8_0 f16"]  also: q4_k_m q5_k_m q6_k iq4_xs (any llama-quantize type, lower case)
 #   TESTS ["pp512 tg128"]   subset of pp512 / tg128
 #   REPS [3]                repetitions inside each tool run
 #   ROUNDS [2]              alternating rounds (ours first in odd rounds)
@@ -163,11 +164,14 @@ if [[ ! -s $F16 ]]; then
   log "writing $F16"
   "$PYTHON" "$HERE/make_synthetic_gguf.py" -o "$F16"
 fi
-for q in q8_0 q4_0; do
-  if [[ ! -s $MODELS_DIR/tl-$q.gguf ]]; then
-    log "quantizing $q (--pure)"
-    "$FIRST_LC/llama-quantize" --pure "$F16" "$MODELS_DIR/tl-$q.gguf" "${q^^}" 2 >"$OUT/quantize-$q.log" 2>&1
-  fi
+# Q8_0 / Q4_0 with --pure (every matrix in that type); K-quant and IQ4 mixes
+# (q4_k_m, q5_k_m, q6_k, iq4_xs, ...) as llama-quantize makes them by default.
+for q in q8_0 q4_0 $QUANTS $DEPTH_QUANT; do
+  [[ $q == f16 || -s $MODELS_DIR/tl-$q.gguf ]] && continue
+  pure=()
+  [[ $q == q8_0 || $q == q4_0 ]] && pure=(--pure)
+  log "quantizing $q ${pure[*]}"
+  "$FIRST_LC/llama-quantize" "${pure[@]}" "$F16" "$MODELS_DIR/tl-$q.gguf" "${q^^}" 2 >"$OUT/quantize-$q.log" 2>&1
 done
 model() { echo "$MODELS_DIR/tl-$1.gguf"; }
 
@@ -263,7 +267,9 @@ def load(path):
 # ours_isa["best"]: the kernels the CPU picks; ours_isa["avx2"]: LLM_CPU_ISA=avx2.
 ours_isa, sol, theirs = {}, {}, {b: {} for b in builds}
 for f in glob.glob(os.path.join(out, "ours*-t*-r*.json")):
-    m = re.fullmatch(r"ours(?:\.(\w+))?-(q4_0|q8_0|f16)-t\d+-r\d+\.json", os.path.basename(f))
+    m = re.fullmatch(r"ours(?:\.(\w+))?-([a-z0-9_]+)-t\d+-r\d+\.json", os.path.basename(f))
+    if m and m.group(2) == "depth":
+        continue
     doc = load(f)
     if not m or not doc:
         continue
@@ -278,7 +284,9 @@ for f in glob.glob(os.path.join(out, "ours*-t*-r*.json")):
 ours = ours_isa.get("best", {})
 for b in builds:
     for f in glob.glob(os.path.join(out, "theirs.%s-*-t*-r*.json" % b)):
-        m = re.fullmatch(r"theirs\.%s-(q4_0|q8_0|f16)-t\d+-r\d+\.json" % b, os.path.basename(f))
+        m = re.fullmatch(r"theirs\.%s-([a-z0-9_]+)-t\d+-r\d+\.json" % b, os.path.basename(f))
+        if m and m.group(1).startswith("depth"):
+            continue
         doc = load(f)
         if not m or not doc:
             continue
@@ -296,7 +304,7 @@ head += " SoL t/s | libllm of SoL |" + "".join(" %s of SoL |" % b for b in build
 rule += "---:|---:|" + "---:|" * len(builds)
 print(head)
 print(rule)
-order = {"q4_0": 0, "q8_0": 1, "f16": 2}
+order = {"q4_0": 0, "q8_0": 1, "f16": 2, "q4_k_m": 3, "q5_k_m": 4, "q6_k": 5, "iq4_xs": 6}
 keys = set(ours)
 for b in builds:
     keys |= set(theirs[b])
