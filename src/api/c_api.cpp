@@ -9,6 +9,7 @@
 #include "api/utf8.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "core/release_memory.h"
 
 using llm::api::model_of;
 using llm::api::session_of;
@@ -102,6 +103,7 @@ extern "C" LLM_API llm_status llm_load(const char* path, const llm_load_params* 
   if (o.progress && o.progress(0.0f, o.progress_user)) llm::fail(LLM_ERR_CANCELLED, "load cancelled");
   std::unique_ptr<llm_model> h(new llm_model{llm::api::kModelMagic, nullptr});
   h->impl = std::shared_ptr<llm::Model>(llm::Model::load(path, o).release());
+  llm::release_free_memory();  // the parsed metadata the load freed (docs/QUANTIZATION.md, memory)
   if (o.progress && o.progress(1.0f, o.progress_user)) llm::fail(LLM_ERR_CANCELLED, "load cancelled");
   llm::api::register_handle(h.get());
   *out_model = h.release();

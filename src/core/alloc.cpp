@@ -1,6 +1,10 @@
 #include "core/alloc.h"
+#include "core/release_memory.h"
 
 #include <mimalloc.h>
+#ifdef __linux__
+#include <malloc.h>  // malloc_trim (glibc)
+#endif
 
 #ifdef __linux__
 #include <sys/mman.h>
@@ -55,6 +59,15 @@ void free_bytes(void* p) noexcept {
   std::free(p);
 #else
   mi_free(p);
+#endif
+}
+
+void release_free_memory() noexcept {
+#ifndef LLM_ALLOC_SYSTEM
+  mi_collect(false);
+#endif
+#if defined(__GLIBC__)
+  malloc_trim(0);
 #endif
 }
 

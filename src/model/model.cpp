@@ -193,7 +193,10 @@ void Model::build_layer(int32_t i) {
 
 void Model::build(const LoadOptions& opts) {
   const ModelConfig& c = src_.config;
-  tokenizer_ = Tokenizer::create(src_.vocab);
+  // The tokenizer keeps the vocabulary; src_ keeps no second copy of it
+  // (262,144 strings, scores and types for Gemma 3).
+  tokenizer_ = Tokenizer::create(std::move(src_.vocab));
+  src_.vocab = VocabData();
   if (vocab_only_) return;
 
   LLM_CHECK(find_family(c.arch) != nullptr, LLM_ERR_UNSUPPORTED, "architecture '%s' is not supported (%s)",

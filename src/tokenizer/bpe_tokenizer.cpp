@@ -86,8 +86,8 @@ BpeTokenizer::BpeTokenizer(VocabData v) : Tokenizer(std::move(v)), instance_(tok
   single_pattern_ = is_single_pattern(pre_);
 
   const size_t n = vocab_.tokens.size();
-  all_.reserve(n);
-  for (size_t i = 0; i < n; ++i) all_.insert(vocab_.tokens[i], int32_t(i));
+  all_.reserve(vocab_.tokens, n);
+  for (size_t i = 0; i < n; ++i) all_.insert(int32_t(i));
 
   // Byte-level: byte b starts out as the token of its GPT-2 character.
   // Raw UTF-8: an ASCII character starts as the token of its own text.

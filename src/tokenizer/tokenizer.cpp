@@ -29,13 +29,13 @@ int parse_byte_token(std::string_view t) {
 void SpecialMatcher::build(const std::vector<std::string>& tokens, const std::vector<int32_t>& ids) {
   // (first byte, length, last byte) of every special
   std::vector<std::pair<std::pair<uint8_t, uint32_t>, uint8_t>> keys;
-  map_.reserve(ids.size());
+  map_.reserve(tokens, ids.size());  // tokens: the tokenizer's own, outliving the map
   count_ = 0;
   second_bytes_.assign(256 * 4, 0);
   for (int32_t id : ids) {
     const std::string& t = tokens[size_t(id)];
     if (t.empty() || t.size() > UINT32_MAX) continue;
-    map_.insert(t, id);
+    map_.insert(id);
     keys.push_back({{uint8_t(t[0]), uint32_t(t.size())}, uint8_t(t.back())});
     if (t.size() > 1) add(&second_bytes_[size_t(uint8_t(t[0])) * 4], uint8_t(t[1]));
     ++count_;
@@ -149,7 +149,7 @@ std::vector<int32_t> user_defined_ids(const VocabData& v) {
 
 }  // namespace tok
 
-std::unique_ptr<Tokenizer> Tokenizer::create(const VocabData& vocab) {
+std::unique_ptr<Tokenizer> Tokenizer::create(VocabData vocab) {
   const size_t n = vocab.tokens.size();
   LLM_CHECK(n > 0, LLM_ERR_FORMAT, "tokenizer: empty vocabulary");
   LLM_CHECK(n < size_t(INT32_MAX), LLM_ERR_FORMAT, "tokenizer: vocabulary too large (%zu)", n);
@@ -178,10 +178,10 @@ std::unique_ptr<Tokenizer> Tokenizer::create(const VocabData& vocab) {
 
   std::unique_ptr<Tokenizer> tok;
   if (vocab.model == "llama") {
-    tok = make_spm_tokenizer(vocab);
+    tok = make_spm_tokenizer(std::move(vocab));
   } else if (vocab.model == "gpt2" || vocab.model == "gemma4") {
     // gemma4: BPE over raw UTF-8 with spaces as U+2581 (llama.cpp's "gemma4" pre-tokenizer).
-    tok = make_bpe_tokenizer(vocab);
+    tok = make_bpe_tokenizer(std::move(vocab));
   } else {
     fail(LLM_ERR_UNSUPPORTED, "tokenizer: unsupported tokenizer model '%s' (supported: llama, gpt2, gemma4)",
          vocab.model.c_str());
@@ -189,13 +189,14 @@ std::unique_ptr<Tokenizer> Tokenizer::create(const VocabData& vocab) {
 
   // End of generation: EOS, EOT, EOM (Llama 3.1 tool calls) and the well-known
   // end markers present in the vocabulary.
+  const VocabData& v = tok->vocab_;  // the tokenizer's own (vocab was moved into it)
   std::vector<int32_t>& eog = tok->eog_ids_;
-  for (int32_t id : {vocab.eos, vocab.eot, vocab.eom})
+  for (int32_t id : {v.eos, v.eot, v.eom})
     if (id >= 0) eog.push_back(id);
   for (int32_t id = 0; id < int32_t(n); ++id) {
-    const TokenType t = tok::token_type(vocab, id);
-    if (t != TokenType::Control && t != TokenType::UserDefined && !vocab.types.empty()) continue;
-    if (tok::is_end_text(vocab.tokens[size_t(id)])) eog.push_back(id);
+    const TokenType t = tok::token_type(v, id);
+    if (t != TokenType::Control && t != TokenType::UserDefined && !v.types.empty()) continue;
+    if (tok::is_end_text(v.tokens[size_t(id)])) eog.push_back(id);
   }
   std::sort(eog.begin(), eog.end());
   eog.erase(std::unique(eog.begin(), eog.end()), eog.end());

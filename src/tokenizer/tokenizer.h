@@ -18,7 +18,8 @@ namespace llm {
 class Tokenizer {
  public:
   // Throws Error(LLM_ERR_FORMAT / LLM_ERR_UNSUPPORTED) for a bad or unknown vocabulary.
-  static std::unique_ptr<Tokenizer> create(const VocabData& vocab);
+  // Takes the vocabulary (pass an rvalue to move it in: no second copy).
+  static std::unique_ptr<Tokenizer> create(VocabData vocab);
   virtual ~Tokenizer() = default;
 
   // Appends the ids of `text` to `out` (BOS first if add_bos and the

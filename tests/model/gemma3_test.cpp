@@ -204,7 +204,9 @@ TEST_F(Gemma3, ExactMathMatchesLlamaCppOnDequantizedWeights) {
         worst = std::max(worst, d);
         EXPECT_LE(d, 0.05) << "prompt of " << prompt.size() << " tokens, step " << k;
       }
-      if (margins[k] > 0.05f) EXPECT_EQ(argmax(logits, nv), gen[k]) << "step " << k;
+      if (margins[k] > 0.05f) {
+        EXPECT_EQ(argmax(logits, nv), gen[k]) << "step " << k;
+      }
       ++steps;
       ASSERT_EQ(llm_prefill(s, &gen[k], 1), LLM_OK);
     }

@@ -13,8 +13,16 @@ LLAMA_SERVER=$1 MODEL=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 LLM_BUILD=${LLM_BUILD:-build} THREADS=${THREADS:-2} SLOTS=${SLOTS:-16} ROUNDS=${ROUNDS:-2}
 REQUESTS=${REQUESTS:-2} OUT=${OUT:-$PWD/servers-out}
-TEMPLATE=$HERE/../data/chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja
 mkdir -p "$OUT"
+# Plain ChatML, as llama-server's built-in "chatml" renders it (no default
+# system prompt), so both servers prefill the same prompt.
+TEMPLATE=$OUT/chatml.jinja
+cat >"$TEMPLATE" <<'JINJA'
+{%- for m in messages -%}<|im_start|>{{ m['role'] }}
+{{ m['content'] }}<|im_end|>
+{% endfor -%}{%- if add_generation_prompt -%}<|im_start|>assistant
+{% endif -%}
+JINJA
 port=18181
 wait_up() {  # url
   for _ in $(seq 1 300); do
