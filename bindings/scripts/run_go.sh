@@ -10,7 +10,10 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 mkdir -p "$work_dir"
 export LLM_MODELS_DIR="$models_dir"
-export CGO_ENABLED=1 CGO_CFLAGS="-I$include_dir" CGO_LDFLAGS="-L$lib_dir -Wl,-rpath,$lib_dir"
+# Go's build cache does not see llm.h (outside the package): its checksum in
+# CGO_CFLAGS, which is part of the cache key, makes a changed header rebuild.
+header_sum=$(cksum < "$include_dir/llm.h" | cut -d' ' -f1)
+export CGO_ENABLED=1 CGO_CFLAGS="-I$include_dir -DLLM_HEADER_CKSUM=$header_sum" CGO_LDFLAGS="-L$lib_dir -Wl,-rpath,$lib_dir"
 export GOCACHE="$work_dir/cache" GOPATH="$work_dir/gopath" GOMODCACHE="$work_dir/gopath/pkg/mod"
 export GOFLAGS=-buildvcs=false GOPROXY=off GOSUMDB=off GOTOOLCHAIN=local GO111MODULE=on
 cd "$src_dir"
