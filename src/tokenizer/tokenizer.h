@@ -21,6 +21,9 @@ class Tokenizer {
   // Takes the vocabulary (pass an rvalue to move it in: no second copy).
   static std::unique_ptr<Tokenizer> create(VocabData vocab);
   virtual ~Tokenizer() = default;
+  // Its lookup tables refer to its own vocabulary: never copied or moved.
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
 
   // Appends the ids of `text` to `out` (BOS first if add_bos and the
   // vocabulary has one). Never fails on any byte sequence: invalid UTF-8 is
