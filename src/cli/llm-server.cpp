@@ -191,12 +191,8 @@ struct Job {
   // Inputs.
   std::string prompt_text;     // tokenized by the scheduler (one thread's tokenizer cache, not one per HTTP thread)
   uint32_t tokenize_flags = 0;
-  uint64_t max_tokens_asked = 0;  // 0: as many as the context holds
-  llm_sampling sampling{};
-  bool default_seed = true;                 // the request gave no seed
+  llm_server::Request req;  // as parsed (sampling, seed, stops, max_tokens, ignore_eos); req.sampling.grammar set
   std::shared_ptr<llm_grammar> grammar;     // kept alive while the job lives
-  std::vector<std::string> stops;
-  bool ignore_eos = false;  // extension: end-of-generation tokens are generated but not obeyed
   Clock::time_point arrived = Clock::now();
 
   // The scheduler's own.
@@ -307,7 +303,7 @@ void Scheduler::run() {
         queue_.pop_front();
         Job& j = *active_.back();
         // A request without a seed gets --seed, or one of its own.
-        if (j.default_seed) j.sampling.seed = opt_.have_seed ? opt_.seed : rng_();
+        if (j.req.default_seed) j.req.sampling.seed = opt_.have_seed ? opt_.seed : rng_();
       }
       metrics_.queue_depth = int64_t(queue_.size());
     }
@@ -367,7 +363,7 @@ void Scheduler::start(Job& j) {
     return;
   }
   const uint64_t room = ctx_ - j.prompt.size();
-  j.max_tokens = uint32_t(j.max_tokens_asked == 0 ? room : std::min(j.max_tokens_asked, room));
+  j.max_tokens = uint32_t(j.req.max_tokens == 0 ? room : std::min(j.req.max_tokens, room));
   llm_session_params sp;
   llm_session_params_init(&sp);
   sp.max_tokens = ctx_;
@@ -376,7 +372,7 @@ void Scheduler::start(Job& j) {
   llm_status st = llm_session_create(model_, &sp, &j.session);
   if (st == LLM_OK) {
     std::vector<const char*> stops;
-    for (const std::string& s : j.stops) stops.push_back(s.c_str());
+    for (const std::string& s : j.req.stops) stops.push_back(s.c_str());
     st = llm_text_stream_create(model_, stops.data(), stops.size(), &j.text);
   }
   if (st != LLM_OK) {
@@ -438,7 +434,7 @@ void Scheduler::decode_step() {
   std::vector<const llm_sampling*> samplings;
   for (Job* j : jobs) {
     sessions.push_back(j->session);
-    samplings.push_back(&j->sampling);
+    samplings.push_back(&j->req.sampling);
   }
   std::vector<llm_token> out(jobs.size(), -1);
   {
@@ -481,7 +477,7 @@ void Scheduler::on_token(Job& j, llm_token tok, Clock::time_point now) {
   }
   size_t len = 0;
   int32_t stopped = 0;
-  if (j.ignore_eos && llm_token_is_eog(model_, tok)) tok = -1;  // nothing to show, nothing ends
+  if (j.req.ignore_eos && llm_token_is_eog(model_, tok)) tok = -1;  // nothing to show, nothing ends
   llm_status st = tok < 0 ? LLM_OK : llm_text_stream_push(j.text, tok, buf_.data(), buf_.size(), &len, &stopped);
   if (st == LLM_ERR_BUFFER_TOO_SMALL) {
     buf_.resize(len);  // tok >= 0 here
@@ -577,7 +573,7 @@ class Server {
  private:
   bool authorized(const httplib::Request& req) const;
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
-  ApiError build_job(const llm_server::Request& r, bool chat, Job& job);
+  ApiError build_job(llm_server::Request r, bool chat, Job& job);
   ApiError json_object_grammar(std::shared_ptr<llm_grammar>& out);
   std::string new_id(const char* prefix);
 
@@ -636,7 +632,7 @@ llm_status render_chat(const llm_model* model, const std::string& tpl, const std
 }
 
 // Fills job from a parsed request: renders the chat, compiles the grammar.
-ApiError Server::build_job(const llm_server::Request& r, bool chat, Job& job) {
+ApiError Server::build_job(llm_server::Request r, bool chat, Job& job) {
   if (chat) {
     const llm_status st = render_chat(model_, tpl_, r.roles, r.contents, job.prompt_text);
     if (st == LLM_ERR_INVALID_ARGUMENT)
@@ -647,14 +643,9 @@ ApiError Server::build_job(const llm_server::Request& r, bool chat, Job& job) {
                   llm_last_error()};
     job.tokenize_flags = LLM_TOKENIZE_PARSE_SPECIAL;
   } else {
-    job.prompt_text = r.prompt;
+    job.prompt_text = std::move(r.prompt);
     job.tokenize_flags = LLM_TOKENIZE_ADD_BOS | LLM_TOKENIZE_PARSE_SPECIAL;
   }
-  job.max_tokens_asked = r.max_tokens;
-  job.sampling = r.sampling;
-  job.default_seed = r.default_seed;
-  job.stops = r.stops;
-  job.ignore_eos = r.ignore_eos;
   if (r.format == llm_server::ResponseFormat::kJsonObject) {
     const ApiError e = json_object_grammar(job.grammar);
     if (e.status) return e;
@@ -664,7 +655,8 @@ ApiError Server::build_job(const llm_server::Request& r, bool chat, Job& job) {
     if (st != LLM_OK) return bad_request(std::string("json_schema: ") + llm_last_error(), "invalid_schema");
     job.grammar.reset(g, llm_grammar_free);
   }
-  job.sampling.grammar = job.grammar.get();
+  r.sampling.grammar = job.grammar.get();
+  job.req = std::move(r);
   return {};
 }
 
@@ -684,9 +676,9 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   }
   llm_server::Request r;
   ApiError err = llm_server::parse_request(req.body, chat, opt_.model_name, r);
-  auto job = std::make_shared<Job>();
-  if (!err.status) err = build_job(r, chat, *job);
   const bool stream = r.stream, include_usage = r.include_usage;
+  auto job = std::make_shared<Job>();
+  if (!err.status) err = build_job(std::move(r), chat, *job);
   if (err.status) {
     send_error(res, err);
     return;
