@@ -7,15 +7,10 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "random_vectors.h"
 
 namespace {
-std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
+using llm::testing::randn;
 }  // namespace
 
 TEST(Ops, RmsNormMatchesDefinition) {

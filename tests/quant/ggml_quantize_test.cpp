@@ -21,6 +21,7 @@
 #include "quant/ggml_quantize.h"
 #include "quant/ggml_quants.h"
 #include "quant/quant.h"
+#include "random_vectors.h"
 
 namespace llm {
 namespace {
@@ -66,13 +67,7 @@ double sq_norm(const std::vector<float>& x) {
   return s;
 }
 
-std::vector<float> gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sigma);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
+using llm::testing::randn;
 
 // RMSE relative to the row's RMS on Gaussian rows of several scales, and the
 // formats rank by their bits: Q6_K < Q5_K < Q4_K, Q5_K < Q5_0.
@@ -81,7 +76,7 @@ TEST(GgmlQuantize, GaussianRoundTripErrors) {
   for (const Format& f : kFormats) {
     double err = 0.0, ref = 0.0;
     for (uint32_t seed = 1; seed <= 8; ++seed) {
-      const std::vector<float> x = gaussian(1024, seed, seed % 2 ? 1.0f : 0.02f);
+      const std::vector<float> x = randn(1024, seed, seed % 2 ? 1.0f : 0.02f);
       const std::vector<float> y = round_trip(f.t, x);
       for (float v : y) ASSERT_TRUE(std::isfinite(v)) << dtype_name(f.t);
       err += sq_error(x, y) / sq_norm(x);
@@ -166,7 +161,7 @@ TEST(GgmlQuantize, ZeroAndConstantRows) {
 // which is the format's cost, not the fit's).
 TEST(GgmlQuantize, OutliersStayBounded) {
   for (const Format& f : kFormats) {
-    std::vector<float> x = gaussian(1024, 7);
+    std::vector<float> x = randn(1024, 7);
     for (size_t b = 0; b < x.size(); b += 256) x[b + 37] = (b / 256) % 2 ? -60.0f : 45.0f;
     const std::vector<float> y = round_trip(f.t, x);
     for (float v : y) ASSERT_TRUE(std::isfinite(v));
@@ -187,7 +182,7 @@ TEST(GgmlQuantize, OutliersStayBounded) {
 TEST(GgmlQuantize, NonFiniteInputsGiveFiniteOutput) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   for (const Format& f : kFormats) {
-    std::vector<float> x = gaussian(512, 3);
+    std::vector<float> x = randn(512, 3);
     x[5] = nan, x[40] = inf, x[300] = -inf;
     const std::vector<float> y = round_trip(f.t, x);
     double err = 0.0, ref = 0.0;
@@ -208,7 +203,7 @@ TEST(GgmlQuantize, NonFiniteInputsGiveFiniteOutput) {
 // weights are large (the weighted error falls against the unweighted fit's);
 // Q5_0/Q5_1 ignore them (same bytes).
 TEST(GgmlQuantize, ImportanceWeightsSteerTheFit) {
-  const std::vector<float> x = gaussian(2048, 11);
+  const std::vector<float> x = randn(2048, 11);
   std::vector<float> imp(x.size());
   std::mt19937 rng(5);
   for (float& v : imp) v = rng() % 8 == 0 ? 50.0f : 0.5f;
@@ -232,7 +227,7 @@ TEST(GgmlQuantize, ImportanceWeightsSteerTheFit) {
 }
 
 TEST(GgmlQuantize, DeterministicAndArgumentChecks) {
-  const std::vector<float> x = gaussian(256, 9);
+  const std::vector<float> x = randn(256, 9);
   for (const Format& f : kFormats) EXPECT_EQ(round_trip(f.t, x), round_trip(f.t, x)) << dtype_name(f.t);
   auto status = [&](DType t, int64_t cols) {
     std::vector<uint8_t> out(4096);
