@@ -54,7 +54,7 @@ extern "C" {
 /* ---------------------------------------------------------------- version */
 
 #define LLM_VERSION_MAJOR 0
-#define LLM_VERSION_MINOR 3
+#define LLM_VERSION_MINOR 4
 #define LLM_VERSION_PATCH 0
 #define LLM_VERSION_NUMBER (LLM_VERSION_MAJOR * 10000 + LLM_VERSION_MINOR * 100 + LLM_VERSION_PATCH)
 
@@ -272,7 +272,10 @@ LLM_API llm_status llm_session_reset(llm_session *session);
  * is still pending, it is run first. On any failure the session is unchanged
  * (no partial append); with a sliding window, tokens the window already
  * evicted to make room stay evicted (the session stays consistent and
- * usable). Returns LLM_OK, LLM_ERR_INVALID_ARGUMENT (bad id),
+ * usable). The next llm_decode_step starts its seed's random stream again
+ * (since 0.4), so a prompt and a seed give the same tokens however the
+ * session came to hold the prompt (fresh, forked, restored, reused).
+ * Returns LLM_OK, LLM_ERR_INVALID_ARGUMENT (bad id),
  * LLM_ERR_CONTEXT_FULL, LLM_ERR_CANCELLED, LLM_ERR_OUT_OF_MEMORY. Since 0.1. */
 LLM_API llm_status llm_prefill(llm_session *session, const llm_token *tokens, size_t n_tokens);
 
@@ -344,6 +347,31 @@ LLM_API llm_status llm_decode_batch(llm_session *const *sessions, size_t n, cons
  * stepping each session alone with its own sampling. Since 0.3. */
 LLM_API llm_status llm_decode_batch_each(llm_session *const *sessions, size_t n,
                                          const llm_sampling *const *samplings, llm_token *out_tokens);
+
+/* llm_decode_batch_each where sessions may first append prompt tokens:
+ * session i appends prompts[i][0..n_prompts[i]) as llm_prefill would, in
+ * the same batched forward pass as the other sessions' pending tokens (on
+ * the CPU), so a new request's prompt, or a chunk of a long one, joins the
+ * running generations instead of stalling them for a pass of its own. Then
+ * it samples its next token as llm_decode_step would (out_tokens[i]),
+ * unless sample is non-NULL and sample[i] == 0: then it only appends (a
+ * chunk of a longer prompt) and out_tokens[i] is -1. n_prompts NULL, or an
+ * entry 0, is no prompt (prompts[i] may then be NULL); sample NULL samples
+ * every session. Every token id and every sampling is checked before any
+ * session moves (LLM_ERR_INVALID_ARGUMENT, all unchanged). On the CPU each
+ * session's logits, KV cache and tokens are bit-identical to llm_prefill of
+ * its prompt then llm_decode_step, alone, whatever else is in the pass. A
+ * session that cannot join the pass (no room without a window eviction, a
+ * prompt of more than 512 tokens, a CUDA model) runs alone, in order.
+ * Failures are llm_decode_batch's: it stops at the first failing session,
+ * those before it have advanced, it and those after it are unchanged, except
+ * that when the grammar allows no token for a session, the sessions after it
+ * that joined the pass have appended their prompt (as llm_prefill would)
+ * and hold their pending token in the cache. The cancel callback is not
+ * polled. Since 0.4. */
+LLM_API llm_status llm_decode_batch_prefill(llm_session *const *sessions, size_t n, const llm_token *const *prompts,
+                                            const size_t *n_prompts, const int32_t *sample,
+                                            const llm_sampling *const *samplings, llm_token *out_tokens);
 
 /* Removes cached tokens [n_keep, n_keep + n_discard). Later tokens move
  * down; their keys are re-rotated to their new positions. A pending token

@@ -352,7 +352,7 @@ namespace LibLlm
 
     public static class Llm
     {
-        public const uint HeaderVersion = 0 * 10000 + 3 * 100 + 0; // LLM_VERSION_NUMBER mirrored here
+        public const uint HeaderVersion = 0 * 10000 + 4 * 100 + 0; // LLM_VERSION_NUMBER mirrored here
         public static uint Version { get { return Native.llm_version(); } }
         public static string VersionString { get { return Native.Utf8(Native.llm_version_string()); } }
         public static string StatusString(Status s) { return Native.Utf8(Native.llm_status_string((int)s)); }

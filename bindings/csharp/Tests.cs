@@ -72,7 +72,7 @@ public static class Tests
     public static void TestVersion()
     {
         Equal(Llm.HeaderVersion, Llm.Version, "llm_version");
-        Equal("0.3.0", Llm.VersionString, "llm_version_string");
+        Equal("0.4.0", Llm.VersionString, "llm_version_string");
     }
 
     public static void TestStructLayouts()

@@ -27,7 +27,7 @@ __all__ = [
     "chat_render", "json_schema_to_gbnf",
 ]
 
-HEADER_VERSION = 0 * 10000 + 3 * 100 + 0  # LLM_VERSION_NUMBER of the header this file mirrors
+HEADER_VERSION = 0 * 10000 + 4 * 100 + 0  # LLM_VERSION_NUMBER of the header this file mirrors
 _SONAME = "libllm.so.0"
 
 

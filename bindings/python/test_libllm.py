@@ -25,7 +25,7 @@ def load_stories(**kw):
 class VersionAndLayout(unittest.TestCase):
     def test_version(self):
         self.assertEqual(libllm.version(), libllm.HEADER_VERSION)
-        self.assertEqual(libllm.version_string(), "0.3.0")
+        self.assertEqual(libllm.version_string(), "0.4.0")
 
     def test_struct_sizes(self):
         # x86-64 / LP64 values pinned by tests/abi/layout_test.cpp.

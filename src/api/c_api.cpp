@@ -392,7 +392,8 @@ namespace {
 // llm_decode_batch and llm_decode_batch_each: sampling[i] is session i's
 // (or shared by all when per_session is false).
 llm_status decode_batch_impl(llm_session* const* sessions, size_t n, const llm_sampling* const* samplings,
-                             bool per_session, llm_token* out_tokens) {
+                             bool per_session, llm_token* out_tokens, const llm_token* const* prompts = nullptr,
+                             const size_t* n_prompts = nullptr, const int32_t* sample = nullptr) {
   LLM_API_BEGIN
   LLM_CHECK_ARG(sessions != nullptr || n == 0);
   LLM_CHECK_ARG(out_tokens != nullptr || n == 0);
@@ -418,7 +419,19 @@ llm_status decode_batch_impl(llm_session* const* sessions, size_t n, const llm_s
     cons[i] = llm::api::constraint_of(s, sessions[0]->model);
   }
   if (n == 0) return LLM_OK;
-  llm::Session::decode_batch(ss.data(), n, samp.data(), out_tokens, cons.data());
+  std::vector<llm::PromptChunk> chunks;
+  if (n_prompts || sample) {
+    chunks.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t np = n_prompts ? n_prompts[i] : 0;
+      LLM_CHECK(np == 0 || (prompts != nullptr && prompts[i] != nullptr), LLM_ERR_INVALID_ARGUMENT,
+                "prompts[%zu] is NULL with n_prompts[%zu] = %zu", i, i, np);
+      chunks[i].tokens = np ? prompts[i] : nullptr;
+      chunks[i].n = np;
+      chunks[i].sample = !sample || sample[i] != 0;
+    }
+  }
+  llm::Session::decode_batch(ss.data(), n, samp.data(), out_tokens, cons.data(), chunks.empty() ? nullptr : chunks.data());
   return LLM_OK;
   LLM_API_END
 }
@@ -433,6 +446,13 @@ extern "C" LLM_API llm_status llm_decode_batch(llm_session* const* sessions, siz
 extern "C" LLM_API llm_status llm_decode_batch_each(llm_session* const* sessions, size_t n,
                                                     const llm_sampling* const* samplings, llm_token* out_tokens) {
   return decode_batch_impl(sessions, n, samplings, true, out_tokens);
+}
+
+extern "C" LLM_API llm_status llm_decode_batch_prefill(llm_session* const* sessions, size_t n,
+                                                       const llm_token* const* prompts, const size_t* n_prompts,
+                                                       const int32_t* sample, const llm_sampling* const* samplings,
+                                                       llm_token* out_tokens) {
+  return decode_batch_impl(sessions, n, samplings, true, out_tokens, prompts, n_prompts, sample);
 }
 
 extern "C" LLM_API llm_status llm_kv_evict(llm_session* session, uint32_t n_keep, uint32_t n_discard) {

@@ -249,11 +249,15 @@ void Session::forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel) {
 
 // ---------------------------------------------------------------- API ops
 
-void Session::prefill(const int32_t* toks, size_t n) {
+void Session::check_ids(const int32_t* toks, size_t n) const {
   const int32_t n_vocab = model_.config().vocab_size;
   for (size_t i = 0; i < n; ++i)
     LLM_CHECK(toks[i] >= 0 && toks[i] < n_vocab, LLM_ERR_INVALID_ARGUMENT, "token %zu has id %d outside [0, %d)", i,
               toks[i], n_vocab);
+}
+
+void Session::prefill(const int32_t* toks, size_t n) {
+  check_ids(toks, n);
   const auto t0 = Clock::now();
   std::vector<int32_t> batch;
   batch.reserve(n + 1);
@@ -264,13 +268,19 @@ void Session::prefill(const int32_t* toks, size_t n) {
     fail(LLM_ERR_CONTEXT_FULL, "context full: %u cached + %zu new tokens > %u", n_cached_, batch.size(), capacity_);
   reserve_room(tokens_, n);  // forward() appends without reallocating
   forward(batch.data(), batch.size(), true, n);
+  prefilled(nullptr, n, batch.size(), std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+}
+
+void Session::prefilled(const int32_t* toks, size_t n, size_t rows, double ms) {
+  if (toks) tokens_.insert(tokens_.end(), toks, toks + n);  // forward() appended them itself otherwise
   pending_ = false;
   sampled_since_prefill_ = false;
   constraint_.reset();  // a grammar constrains what is generated after the last prompt
+  rng_seeded_ = false;  // and the seed's stream starts again: a prompt and a seed give the same tokens
   n_prompt_ += uint32_t(n);
-  last_prefill_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  prompt_ms_total_ += last_prefill_ms_;
-  prompt_tokens_timed_ += uint32_t(batch.size());
+  last_prefill_ms_ = ms;
+  prompt_ms_total_ += ms;
+  prompt_tokens_timed_ += uint32_t(rows);
 }
 
 void Session::ensure_logits() {
@@ -376,18 +386,27 @@ int32_t Session::decode_step(const llm_sampling* user, const TokenConstraint* co
 }
 
 void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* const* samplings, int32_t* out,
-                           const TokenConstraint* const* constraints) {
+                           const TokenConstraint* const* constraints, const PromptChunk* prompts) {
   if (n == 0) return;
+  if (prompts)  // every id is checked before any session moves
+    for (size_t i = 0; i < n; ++i) {
+      LLM_CHECK(prompts[i].n == 0 || prompts[i].tokens != nullptr, LLM_ERR_INVALID_ARGUMENT,
+                "session %zu: prompt tokens are NULL", i);
+      ss[i]->check_ids(prompts[i].tokens, prompts[i].n);
+    }
+  auto has_prompt = [&](size_t i) { return prompts && prompts[i].n > 0; };
   cuda::Backend* gpu = ss[0]->model_.cuda();
   if (gpu && n > 1) {
     // Pending tokens that need no window eviction share one pass over the
     // weights (a GEMM with one row per session); the rest run alone below.
+    // (A prompt chunk runs alone below, as a prefill.)
     constexpr size_t kMaxBatch = 32;
     std::vector<Session*> batch;
     std::vector<cuda::Sequence*> seqs;
     std::vector<int32_t> toks;
     for (size_t i = 0; i < n && batch.size() < kMaxBatch; ++i) {
       Session* s = ss[i];
+      if (has_prompt(i)) break;  // it must append before the sessions after it move
       if (s->gpu() && s->pending_ && size_t(s->n_cached_) + 1 <= s->capacity_) {
         batch.push_back(s);
         seqs.push_back(s->seq_.get());
@@ -409,12 +428,13 @@ void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* con
       }
     }
   }
-  // CPU sessions: their pending tokens run as one pass (decode_batch_cpu),
-  // then every session samples below. Each token of that pass counts the
-  // pass in its ITL, as a step alone counts its forward pass.
-  std::vector<uint32_t> gen0;  // per session: n_generated_ + 1 if a pass advanced it, else 0
+  // CPU sessions: their pending tokens and prompt chunks run as one pass
+  // (decode_batch_cpu), then every session samples below. Each token of that
+  // pass counts the pass in its ITL, as a step alone counts its forward pass.
+  std::vector<uint32_t> gen0;   // per session: n_generated_ + 1 if a pass advanced it, else 0
   std::vector<double> pass_ms;  // per session: the time of the pass that advanced it
-  if (n > 1) decode_batch_cpu(ss, n, gen0, pass_ms);
+  std::vector<bool> joined;     // per session: its prompt chunk ran in a pass
+  if (n > 1) decode_batch_cpu(ss, n, prompts, gen0, pass_ms, joined);
   struct PassTime {  // runs on the way out, also when a step throws
     Session* const* ss;
     const std::vector<uint32_t>& gen0;
@@ -427,57 +447,83 @@ void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* con
         }
     }
   } pass_time{ss, gen0, pass_ms};
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < n; ++i) {
+    if (has_prompt(i) && (joined.empty() || !joined[i])) ss[i]->prefill(prompts[i].tokens, prompts[i].n);
+    if (prompts && !prompts[i].sample) continue;  // out[i] stays as the caller set it
     out[i] = ss[i]->decode_step(samplings ? samplings[i] : nullptr, constraints ? constraints[i] : nullptr);
+  }
 }
 
 // Batched decode on the CPU. The sessions taken are a prefix of ss in the
 // sense of llm_decode_batch's contract (sessions before a failing one have
 // advanced, it and those after it are unchanged): a CPU session with a
-// pending token and room for it joins; a session whose step only samples
-// (logits valid, nothing pending: the CUDA sessions the pass above ran, a
-// step right after prefill) is passed over; any other session (context
-// full, a window eviction due, a re-run after an eviction) ends the batch,
-// since its step alone might fail. Passes take up to kMaxRows sessions each.
-// Pages are reserved in order; a session that cannot get its page ends the
-// batch too (it then fails or succeeds alone). A pass is all or nothing: if
-// it throws, its sessions drop the pages they took for it and are as they
-// were, and they and the rest run alone below.
-void Session::decode_batch_cpu(Session* const* ss, size_t n, std::vector<uint32_t>& gen0,
-                                std::vector<double>& pass_ms) {
-  // Rows per pass: beyond this the weights are read once per many tokens
-  // already and the activations outgrow the caches.
-  constexpr size_t kMaxRows = 64;
+// pending token or a prompt chunk, and room for them, joins; a session
+// whose step only samples (logits valid, nothing pending: the CUDA sessions
+// the pass above ran, a step right after prefill) or does nothing is passed
+// over; any other session (context full, a window eviction due, a re-run
+// after an eviction, a chunk longer than kMaxChunk) ends the batch, since
+// its step alone might fail. A pass takes up to kMaxSeqs sessions and
+// kMaxChunk rows. Pages are reserved in order; a session that cannot get
+// its pages ends the batch too (it then fails or succeeds alone). A pass is
+// all or nothing: if it throws, its sessions drop the pages they took for
+// it and are as they were, and they and the rest run alone below.
+void Session::decode_batch_cpu(Session* const* ss, size_t n, const PromptChunk* prompts,
+                                std::vector<uint32_t>& gen0, std::vector<double>& pass_ms,
+                                std::vector<bool>& joined) {
+  // Sessions per pass: beyond this the weights are read once per many
+  // tokens already and the activations outgrow the caches.
+  constexpr size_t kMaxSeqs = 64;
+  auto prompt_n = [&](size_t i) { return prompts ? prompts[i].n : size_t(0); };
+  auto rows_of = [&](size_t i) { return prompt_n(i) + (ss[i]->pending_ ? 1 : 0); };
   std::vector<size_t> joins;
   for (size_t i = 0; i < n; ++i) {
     Session* s = ss[i];
-    if (!s->gpu() && s->pending_ && size_t(s->n_cached_) + 1 <= s->capacity_ && &s->model_ == &ss[0]->model_)
+    const size_t rows = rows_of(i);
+    const bool sample = !prompts || prompts[i].sample;
+    if (!s->gpu() && rows > 0 && rows <= size_t(kMaxChunk) && size_t(s->n_cached_) + rows <= s->capacity_ &&
+        &s->model_ == &ss[0]->model_)
       joins.push_back(i);
-    else if (s->pending_ || !s->logits_valid_ || s->tokens_.empty())
+    else if (rows > 0 || (sample && (!s->logits_valid_ || s->tokens_.empty())))
       break;
   }
-  if (joins.size() < 2) return;
-  for (size_t j0 = 0; j0 < joins.size(); j0 += kMaxRows) {
+  if (joins.size() < 2) return;  // alone below, with the same cost
+  for (size_t j0 = 0; j0 < joins.size();) {
     std::vector<Session*> batch;
-    size_t stop = std::min(joins.size(), j0 + kMaxRows);
-    for (size_t j = j0; j < stop; ++j) {
-      Session* s = ss[joins[j]];
+    std::vector<std::vector<int32_t>> rows_toks;  // a prompt chunk after the pending token
+    size_t j = j0, total = 0;
+    bool short_of_pages = false;
+    for (; j < joins.size() && batch.size() < kMaxSeqs && total + rows_of(joins[j]) <= size_t(kMaxChunk); ++j) {
+      const size_t i = joins[j];
+      Session* s = ss[i];
+      const size_t rows = rows_of(i);
       try {
-        s->reserve_slots(s->n_cached_, s->n_cached_ + 1);
+        reserve_room(s->tokens_, prompt_n(i) + 1);  // prefilled() and decode_step() append without allocating
+        s->reserve_slots(s->n_cached_, s->n_cached_ + uint32_t(rows));
       } catch (...) {
         s->shrink_pages();
-        stop = j;  // this session runs alone (and fails there, or not); the batch ends
+        short_of_pages = true;  // this session runs alone (and fails there, or not); the batch ends
         break;
       }
       batch.push_back(s);
+      total += rows;
     }
     if (batch.empty()) return;
     std::vector<cpu::ForwardArgs> args(batch.size());
+    rows_toks.resize(batch.size());
     for (size_t k = 0; k < batch.size(); ++k) {
       Session* s = batch[k];
+      const size_t i = joins[j0 + k];
       cpu::ForwardArgs& a = args[k];
-      a.tokens = &s->tokens_.back();
-      a.n = 1;
+      if (prompt_n(i) > 0) {
+        std::vector<int32_t>& t = rows_toks[k];
+        if (s->pending_) t.push_back(s->tokens_.back());
+        t.insert(t.end(), prompts[i].tokens, prompts[i].tokens + prompts[i].n);
+        a.tokens = t.data();
+        a.n = int64_t(t.size());
+      } else {
+        a.tokens = &s->tokens_.back();
+        a.n = 1;
+      }
       a.p0 = s->n_cached_;
       a.pages[0] = s->pages_.data();
       a.pages[1] = s->lpages_.data();
@@ -495,17 +541,25 @@ void Session::decode_batch_cpu(Session* const* ss, size_t n, std::vector<uint32_
     if (gen0.empty()) {
       gen0.assign(n, 0);
       pass_ms.assign(n, 0.0);
+      joined.assign(n, false);
     }
     for (size_t k = 0; k < batch.size(); ++k) {
       Session* s = batch[k];
-      s->n_cached_ += 1;
-      s->pending_ = false;
+      const size_t i = joins[j0 + k];
+      s->n_cached_ += uint32_t(args[k].n);
       s->logits_valid_ = true;
       s->shrink_pages();  // the windowed layers' pages that every window has left
-      gen0[joins[j0 + k]] = s->n_generated_ + 1;
-      pass_ms[joins[j0 + k]] = ms;
+      pass_ms[i] = ms;
+      if (prompt_n(i) > 0) {
+        s->prefilled(prompts[i].tokens, prompts[i].n, size_t(args[k].n), ms);
+        joined[i] = true;
+      } else {
+        s->pending_ = false;
+        gen0[i] = s->n_generated_ + 1;
+      }
     }
-    if (stop < std::min(joins.size(), j0 + kMaxRows)) return;
+    if (short_of_pages) return;
+    j0 = j;
   }
 }
 

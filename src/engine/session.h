@@ -23,6 +23,14 @@
 
 namespace llm {
 
+// A prompt chunk for Session::decode_batch: tokens appended (as prefill())
+// before the session's step; sample = false appends only.
+struct PromptChunk {
+  const int32_t* tokens = nullptr;
+  size_t n = 0;
+  bool sample = true;
+};
+
 struct SessionOptions {
   uint32_t max_tokens = 0;  // 0 = model context
   uint32_t window = 0;
@@ -48,9 +56,12 @@ class Session {
   // decode_step on each of n distinct sessions of one model; sessions on the
   // same CUDA backend run their pending tokens in one batched pass. Session
   // i samples with samplings[i] under constraints[i] (either array may be
-  // null: greedy, unconstrained; an entry may be null likewise).
+  // null: greedy, unconstrained; an entry may be null likewise). With
+  // prompts, session i first appends prompts[i] as prefill() would (in the
+  // CPU pass with the other sessions' tokens when it can join) and samples
+  // only if prompts[i].sample (out[i] is left as it was otherwise).
   static void decode_batch(Session* const* sessions, size_t n, const llm_sampling* const* samplings, int32_t* out,
-                           const TokenConstraint* const* constraints = nullptr);
+                           const TokenConstraint* const* constraints = nullptr, const PromptChunk* prompts = nullptr);
   const float* logits();
   void evict(uint32_t n_keep, uint32_t n_discard);
   void reset();
@@ -99,12 +110,18 @@ class Session {
   // Drops pages past n_cached_ and, in table 1, pages wholly before local_first_.
   void shrink_pages();
   void release_all();
-  // decode_batch's CPU passes (session.cpp): run the pending tokens of the
-  // CPU sessions that can join as cpu::forward_batch passes. For each
-  // session i a pass advanced: gen0[i] = n_generated_ + 1 and pass_ms[i] =
-  // that pass's time (both left empty when no pass ran).
-  static void decode_batch_cpu(Session* const* ss, size_t n, std::vector<uint32_t>& gen0,
-                               std::vector<double>& pass_ms);
+  // decode_batch's CPU passes (session.cpp): run the pending tokens and
+  // prompt chunks of the CPU sessions that can join as cpu::forward_batch
+  // passes. For each session i a pass advanced: gen0[i] = n_generated_ + 1
+  // (0 when its prompt chunk ran: joined[i] is then true) and pass_ms[i] =
+  // that pass's time (all three left empty when no pass ran).
+  static void decode_batch_cpu(Session* const* ss, size_t n, const PromptChunk* prompts, std::vector<uint32_t>& gen0,
+                               std::vector<double>& pass_ms, std::vector<bool>& joined);
+  // prefill()'s bookkeeping once toks[0..n) are in the cache (cannot fail:
+  // the caller reserved room in tokens_).
+  void prefilled(const int32_t* toks, size_t n, size_t rows, double ms);
+  // Throws INVALID_ARGUMENT for an id outside the vocabulary.
+  void check_ids(const int32_t* toks, size_t n) const;
   void evict_cached(uint32_t n_keep, uint32_t n_discard);
   void ensure_logits();
   // Samples from logits_ under the constraint (if any) and advances it.

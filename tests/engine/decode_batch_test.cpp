@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -205,7 +206,7 @@ const llm::VocabData& vocab512() {
 // super-blocks, GQA 8/4) with every matrix in format f: quantized from the
 // random f32 values for the native formats, random well-formed blocks for
 // the GGUF ones (there is no quantizer for those).
-std::unique_ptr<llm::Model> random_model(const Format& f, int threads, uint64_t kv_budget = 0) {
+std::unique_ptr<llm::Model> random_model(const Format& f, int threads, uint64_t kv_budget = 0, int32_t seq_len = 512) {
   llm::ModelConfig c;
   c.dim = 256;
   c.hidden_dim = 512;
@@ -214,7 +215,7 @@ std::unique_ptr<llm::Model> random_model(const Format& f, int threads, uint64_t 
   c.n_kv_heads = 4;
   c.head_dim = 32;
   c.vocab_size = 512;
-  c.seq_len = 512;
+  c.seq_len = seq_len;
   llm::ModelSource src = llm::testing::random_llama(c, 7, false, [](const std::string& kind) {
     return kind == "token_embd" ? 0.5f : kind.find("norm") != std::string::npos ? 0.1f : 0.06f;
   });
@@ -589,4 +590,227 @@ TEST(DecodeBatchCpu, PoolFullInTheMiddleLeavesTheRestUnchanged) {
     EXPECT_EQ(snapshot(*ptrs[k]), before[k]) << k;
     EXPECT_EQ(ptrs[k]->n_pages(), 1u) << k;
   }
+}
+
+// ---------------------------------------------------------------- prompt chunks in the pass
+
+namespace {
+
+// decode_batch with prompt chunks over `batch`, prefill + decode_step over
+// `alone`: session k gets chunk_len(k, step) random tokens at a step (0:
+// none) and samples unless sample(k, step) says no; the same tokens and
+// snapshots after every step. Sessions may start empty (their first step
+// must bring a prompt).
+void check_prompt_steps(Sessions& batch, Sessions& alone, int steps, const std::function<size_t(size_t, int)>& chunk_len,
+                        const std::function<bool(size_t, int)>& sample, const std::string& what) {
+  SCOPED_TRACE(what);
+  std::vector<llm::Session*> ptrs;
+  for (auto& s : batch) ptrs.push_back(s.get());
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(0, batch[0]->model().config().vocab_size - 1);
+  for (int step = 0; step < steps; ++step) {
+    llm_sampling samp;
+    llm_sampling_init(&samp);
+    if (step % 2) {
+      samp.temperature = 0.8f;
+      samp.seed = uint64_t(step);
+    }
+    std::vector<std::vector<int32_t>> toks(batch.size());
+    std::vector<llm::PromptChunk> chunks(batch.size());
+    for (size_t k = 0; k < batch.size(); ++k) {
+      toks[k].resize(chunk_len(k, step));
+      for (auto& t : toks[k]) t = tok(rng);
+      chunks[k].tokens = toks[k].data();
+      chunks[k].n = toks[k].size();
+      chunks[k].sample = sample(k, step);
+    }
+    std::vector<int32_t> got(batch.size(), -1);
+    const std::vector<const llm_sampling*> each(batch.size(), &samp);
+    llm::Session::decode_batch(ptrs.data(), ptrs.size(), each.data(), got.data(), nullptr, chunks.data());
+    for (size_t k = 0; k < batch.size(); ++k) {
+      if (!toks[k].empty()) alone[k]->prefill(toks[k].data(), toks[k].size());
+      const int32_t want = chunks[k].sample ? alone[k]->decode_step(&samp) : -1;
+      ASSERT_EQ(got[k], want) << "session " << k << " step " << step;
+      ASSERT_EQ(batch[k]->n_cached(), alone[k]->n_cached()) << "session " << k << " step " << step;
+      ASSERT_EQ(snapshot(*batch[k]), snapshot(*alone[k])) << "session " << k << " step " << step;
+    }
+  }
+}
+
+// Every few steps some sessions take a prompt chunk (1..40 tokens), some of
+// them without sampling (a chunk of a longer prompt); two sessions start empty.
+size_t mixed_chunk(size_t k, int step) {
+  if (step == 0 && k >= 4) return 3 + k;  // the empty ones
+  return (k * 5 + size_t(step) * 3) % 7 == 0 ? 1 + (k * 13 + size_t(step) * 7) % 40 : 0;
+}
+bool mixed_sample(size_t k, int step) { return (k + size_t(step)) % 4 != 0 || mixed_chunk(k, step) == 0; }
+
+Sessions with_empty(const llm::Model& m, const llm::SessionOptions& o) {
+  Sessions s = start_sessions(m, 4, o);
+  for (int k = 0; k < 2; ++k) s.push_back(std::make_unique<llm::Session>(m, o));
+  return s;
+}
+
+}  // namespace
+
+TEST(DecodeBatchCpu, PromptChunksJoinThePassAsPrefillAlone) {
+  for (const Format& f : {Format{DType::Q4, 32}, Format{DType::Q8, 32}, Format{DType::F16, 0}, Format{DType::Q4_K, 256}}) {
+    const auto m = random_model(f, 2);
+    Sessions batch = with_empty(*m, {}), alone = with_empty(*m, {});
+    check_prompt_steps(batch, alone, 12, mixed_chunk, mixed_sample, name_of(f));
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(DecodeBatchCpu, PromptChunksWithSlidingWindowLayersAndThreadCounts) {
+  for (const char* fam : {"gemma2", "gemma3"})
+    for (int threads : {1, 3}) {
+      const auto m = family_model(fam, threads);
+      Sessions batch = with_empty(*m, {}), alone = with_empty(*m, {});
+      check_prompt_steps(batch, alone, 14, mixed_chunk, mixed_sample, std::string(fam) + " threads " + std::to_string(threads));
+      if (HasFatalFailure()) return;
+    }
+}
+
+TEST(DecodeBatchCpu, PromptChunksOverOnePassRunInSeveralOrAlone) {
+  // 300 + 300 rows do not fit one pass of 512; a 600-token chunk never joins
+  // (it runs alone, in two chunks of its own prefill); a session with an
+  // eviction window and no room runs alone too.
+  const auto m = random_model({DType::Q8, 32}, 2, 0, 2048);
+  auto make = [&](Sessions& out) {
+    out = start_sessions(*m, 3, {});
+    llm::SessionOptions w;
+    w.window = 64;
+    w.n_sink = 4;
+    out.push_back(std::make_unique<llm::Session>(*m, w));
+    std::vector<int32_t> p(60, 7);
+    out.back()->prefill(p.data(), p.size());
+    out.push_back(std::make_unique<llm::Session>(*m, llm::SessionOptions{}));
+  };
+  Sessions batch, alone;
+  make(batch);
+  make(alone);
+  auto len = [](size_t k, int step) -> size_t {
+    if (step == 0) return k == 4 ? 600 : k < 2 ? 300 : k == 3 ? 10 : 0;
+    return step == 2 && k == 2 ? 511 : 0;
+  };
+  check_prompt_steps(batch, alone, 4, len, [](size_t, int) { return true; }, "long chunks");
+}
+
+// Through the C API: a new request's prompt joins three running sessions;
+// a chunk without sampling; a bad id anywhere moves nothing.
+TEST(DecodeBatch, PrefillJoinsRunningSessions) {
+  llm_model* m = load();
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily had a", "Tom and Sam went"};
+  std::vector<llm_session*> batch, alone;
+  for (const auto& p : prompts) {
+    batch.push_back(start(m, p));
+    alone.push_back(start(m, p));
+  }
+  llm_session *fresh = nullptr, *fresh_alone = nullptr;
+  ASSERT_EQ(llm_session_create(m, nullptr, &fresh), LLM_OK);
+  ASSERT_EQ(llm_session_create(m, nullptr, &fresh_alone), LLM_OK);
+  batch.push_back(fresh);
+  alone.push_back(fresh_alone);
+  llm_token p[64];
+  size_t np = 0;
+  const std::string text = "The little dog ran to the park";
+  ASSERT_EQ(llm_tokenize(m, text.data(), text.size(), LLM_TOKENIZE_ADD_BOS, p, 64, &np), LLM_OK);
+  ASSERT_GT(np, 4u);
+  llm_sampling samp;
+  llm_sampling_init(&samp);
+  samp.temperature = 0.9f;
+  samp.seed = 3;
+  const std::vector<const llm_sampling*> each(batch.size(), &samp);
+  // A bad id in the new prompt: LLM_ERR_INVALID_ARGUMENT, nothing moved.
+  std::vector<llm_session_stats_t> before(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    before[i].struct_size = sizeof(llm_session_stats_t);
+    ASSERT_EQ(llm_session_stats(batch[i], &before[i]), LLM_OK);
+  }
+  std::vector<llm_token> bad(p, p + np);
+  bad[2] = 1 << 20;
+  const llm_token* ptoks[4] = {nullptr, nullptr, nullptr, bad.data()};
+  size_t nps[4] = {0, 0, 0, np};
+  std::vector<llm_token> got(batch.size(), 0);
+  EXPECT_EQ(llm_decode_batch_prefill(batch.data(), batch.size(), ptoks, nps, nullptr, each.data(), got.data()),
+            LLM_ERR_INVALID_ARGUMENT);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    llm_session_stats_t st;
+    st.struct_size = sizeof st;
+    ASSERT_EQ(llm_session_stats(batch[i], &st), LLM_OK);
+    EXPECT_EQ(st.n_tokens, before[i].n_tokens) << i;
+    EXPECT_EQ(got[i], -1) << i;
+  }
+  // The first half of the prompt without sampling, then the rest with it.
+  const size_t half = np / 2;
+  const int32_t no[4] = {1, 1, 1, 0};
+  ptoks[3] = p;
+  nps[3] = half;
+  ASSERT_EQ(llm_decode_batch_prefill(batch.data(), batch.size(), ptoks, nps, no, each.data(), got.data()), LLM_OK)
+      << llm_last_error();
+  EXPECT_EQ(got[3], -1);
+  ASSERT_EQ(llm_prefill(fresh_alone, p, half), LLM_OK);
+  for (size_t i = 0; i < 3; ++i) {
+    llm_token want;
+    ASSERT_EQ(llm_decode_step(alone[i], &samp, &want), LLM_OK);
+    EXPECT_EQ(got[i], want) << i;
+  }
+  ptoks[3] = p + half;
+  nps[3] = np - half;
+  ASSERT_EQ(llm_decode_batch_prefill(batch.data(), batch.size(), ptoks, nps, nullptr, each.data(), got.data()), LLM_OK);
+  ASSERT_EQ(llm_prefill(fresh_alone, p + half, np - half), LLM_OK);
+  for (int step = 0; step < 20; ++step) {
+    if (step > 0) {
+      ASSERT_EQ(llm_decode_batch_prefill(batch.data(), batch.size(), nullptr, nullptr, nullptr, each.data(), got.data()),
+                LLM_OK);
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      llm_token want;
+      ASSERT_EQ(llm_decode_step(alone[i], &samp, &want), LLM_OK);
+      ASSERT_EQ(got[i], want) << "session " << i << " step " << step;
+    }
+  }
+  // prompts NULL with a count: refused.
+  const size_t one[4] = {0, 0, 0, 1};
+  EXPECT_EQ(llm_decode_batch_prefill(batch.data(), batch.size(), nullptr, one, nullptr, each.data(), got.data()),
+            LLM_ERR_INVALID_ARGUMENT);
+  for (auto* s : batch) llm_session_free(s);
+  for (auto* s : alone) llm_session_free(s);
+  llm_model_free(m);
+}
+
+// llm_prefill starts the seed's stream again: generating, cutting back to
+// the prompt and appending its last token again gives the same tokens.
+TEST(DecodeBatch, PrefillRestartsTheSeedsStream) {
+  llm_model* m = load();
+  llm_session* s = start(m, "Once upon a time there was");
+  llm_session_stats_t st;
+  st.struct_size = sizeof st;
+  ASSERT_EQ(llm_session_stats(s, &st), LLM_OK);
+  const uint32_t n_prompt = st.n_tokens;
+  llm_sampling samp;
+  llm_sampling_init(&samp);
+  samp.temperature = 1.5f;
+  samp.seed = 42;
+  auto run = [&] {
+    std::vector<llm_token> out(12);
+    for (auto& t : out) EXPECT_EQ(llm_decode_step(s, &samp, &t), LLM_OK);
+    return out;
+  };
+  const std::vector<llm_token> first = run();
+  ASSERT_EQ(llm_session_stats(s, &st), LLM_OK);
+  std::vector<llm_token> last(1);
+  {
+    llm_token t[64];
+    size_t n = 0;
+    const std::string p = "Once upon a time there was";
+    ASSERT_EQ(llm_tokenize(m, p.data(), p.size(), LLM_TOKENIZE_ADD_BOS, t, 64, &n), LLM_OK);
+    last[0] = t[n - 1];
+  }
+  ASSERT_EQ(llm_kv_evict(s, n_prompt - 1, st.n_tokens - (n_prompt - 1)), LLM_OK);
+  ASSERT_EQ(llm_prefill(s, last.data(), 1), LLM_OK);
+  EXPECT_EQ(run(), first);
+  llm_session_free(s);
+  llm_model_free(m);
 }

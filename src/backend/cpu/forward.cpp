@@ -85,10 +85,15 @@ void run_pass(const Model& m, const ForwardArgs* seqs, size_t n_seqs, ForwardScr
       s.seq_of[i] = int32_t(k);
     }
   }
-  // Threads take whole sequences in attention when there are enough of them
-  // (batched decode: one query row each, too little work to split by head).
+  // Threads take whole one-row sequences in attention when there are enough
+  // of them (batched decode: one query row each, too little work to split by
+  // head); longer sequences (prompt chunks in the batch) use the whole pool.
   const int nth = pool != nullptr ? pool->size() : 1;
-  const bool att_by_seq = n_seqs > 1 && nth > 1 && n_seqs >= size_t(nth);
+  std::vector<size_t>& single = s.single_row_seqs;
+  single.clear();
+  for (size_t k = 0; k < n_seqs; ++k)
+    if (seqs[k].n == 1) single.push_back(k);
+  const bool att_by_seq = n_seqs > 1 && nth > 1 && single.size() >= size_t(nth);
   if (att_by_seq && s.att_seq.size() < size_t(nth)) s.att_seq.resize(size_t(nth));
 
   for (int32_t l = 0; l < c.n_layers; ++l) {
@@ -154,9 +159,11 @@ void run_pass(const Model& m, const ForwardArgs* seqs, size_t n_seqs, ForwardScr
       // this split gives the bits attention() over the pool gives.
       pool->parallel([&](int ith, int nth_run) {
         int64_t k0, k1;
-        ThreadPool::split(int64_t(n_seqs), ith, nth_run, &k0, &k1);
-        for (int64_t k = k0; k < k1; ++k) attention(att_args(size_t(k)), s.att_seq[size_t(ith)], nullptr);
+        ThreadPool::split(int64_t(single.size()), ith, nth_run, &k0, &k1);
+        for (int64_t k = k0; k < k1; ++k) attention(att_args(single[size_t(k)]), s.att_seq[size_t(ith)], nullptr);
       });
+      for (size_t k = 0; k < n_seqs; ++k)
+        if (seqs[k].n > 1) attention(att_args(k), s.att_rows, pool);
     } else {
       for (size_t k = 0; k < n_seqs; ++k) attention(att_args(k), s.att_rows, pool);
     }

@@ -32,6 +32,7 @@ struct ForwardScratch {
   std::vector<int64_t> row0;
   Buffer<float> logits;
   std::vector<std::vector<std::vector<float>>> att_seq;
+  std::vector<size_t> single_row_seqs;
   void ensure(const Model& m, int64_t n);
 };
 
