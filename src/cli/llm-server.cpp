@@ -3,6 +3,7 @@
 //   llm-server -m MODEL [--host 127.0.0.1] [--port 8080] [--threads N] [--parallel N] [--queue N]
 //              [--ctx N] [--api-key KEY] [--max-body BYTES] [--model-name NAME]
 //              [--chat-template-file T] [--prefill-chunk N] [--kv-budget-mib N] [--seed S]
+//              [--prompt-cache N]
 //
 // Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
 // GET /health, GET /metrics (docs/SERVER.md).
@@ -12,11 +13,22 @@
 // the chat and compile any grammar, then hand a Job to the Scheduler and wait
 // on the job's condition variable for text. One scheduler thread owns every
 // llm_session and does the tokenizing (so only its thread holds a tokenizer
-// word cache): each step it admits queued jobs (up to --parallel), prefills a bounded number of
-// prompt tokens (so long prompts do not stall running streams), then
-// advances every decoding job with one llm_decode_batch_each call (each job
-// keeps its own sampling settings, seed and grammar). A job whose client went away is
-// cancelled and its session freed at the start of the next step.
+// word cache): each step it admits queued jobs (up to --parallel), then makes
+// one llm_decode_batch_prefill call that advances every decoding job by a
+// token and, in the same forward pass, prefills a bounded number of prompt
+// tokens of the new jobs (so prompts neither stall running streams nor cost
+// a pass of their own). Each job keeps its own sampling settings, seed and
+// grammar. A job whose client went away is cancelled and its session freed
+// at the start of the next step.
+//
+// Prompt cache. A finished request's session is kept (up to --prompt-cache
+// of them, least recently used dropped first). A new request forks the kept
+// session that shares the longest prefix with its prompt (the fork shares
+// its KV pages copy-on-write), cuts it back to that prefix and prefills only
+// the rest: a system prompt or a conversation's history is not computed
+// again. The results are those of a fresh session (llm_prefill restarts the
+// seed's stream; every K/V row is the same bits). When the KV pool runs
+// short, the kept sessions are freed before any request fails.
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
@@ -71,13 +83,15 @@ struct Options {
   uint64_t kv_budget_mib = 0;    // 0: the library's default
   bool have_seed = false;
   uint64_t seed = 0;  // for requests without a seed (else random per request)
+  int prompt_cache = 16;  // finished sessions kept for their prompts' prefixes; 0: off
 };
 
 void usage() {
   std::fprintf(stderr,
                "usage: llm-server -m MODEL [--host H] [--port P] [--threads N] [--parallel N] [--queue N]\n"
                "                  [--ctx N] [--api-key KEY] [--max-body BYTES] [--model-name NAME]\n"
-               "                  [--chat-template-file T] [--prefill-chunk N] [--kv-budget-mib N] [--seed S]\n");
+               "                  [--chat-template-file T] [--prefill-chunk N] [--kv-budget-mib N] [--seed S]\n"
+               "                  [--prompt-cache N]\n");
 }
 
 bool read_file(const std::string& path, std::string& out) {
@@ -144,11 +158,11 @@ class Histogram {
 struct Metrics {
   std::mutex mu;  // guards everything but the atomics
   std::map<std::pair<std::string, int>, uint64_t> requests;  // (endpoint, status) -> count
-  uint64_t prompt_tokens = 0, generated_tokens = 0, cancelled = 0;
+  uint64_t prompt_tokens = 0, generated_tokens = 0, cancelled = 0, reused_tokens = 0;
   Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram itl{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   Histogram batch{{1, 2, 4, 8, 16, 32, 64}};
-  std::atomic<int64_t> queue_depth{0}, active{0}, kv_pages{0}, kv_bytes{0};
+  std::atomic<int64_t> queue_depth{0}, active{0}, kv_pages{0}, kv_bytes{0}, cached_sessions{0};
 
   std::string render() {
     std::string out;
@@ -166,6 +180,10 @@ struct Metrics {
       out += line;
     };
     scalar("llm_prompt_tokens_total", "counter", "Prompt tokens prefilled.", double(prompt_tokens));
+    scalar("llm_prompt_cache_tokens_total", "counter", "Prompt tokens taken from a kept session instead of prefilled.",
+           double(reused_tokens));
+    scalar("llm_prompt_cache_sessions", "gauge", "Finished sessions kept for their prompts.",
+           double(cached_sessions.load()));
     scalar("llm_generated_tokens_total", "counter", "Tokens generated.", double(generated_tokens));
     scalar("llm_requests_cancelled_total", "counter", "Requests whose client went away before the end.",
            double(cancelled));
@@ -175,7 +193,7 @@ struct Metrics {
     scalar("llm_kv_bytes_in_use", "gauge", "Bytes of those KV pages.", double(kv_bytes.load()));
     ttft.write(out, "llm_time_to_first_token_seconds", "Arrival of a request to its first generated token.");
     itl.write(out, "llm_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
-    batch.write(out, "llm_decode_batch_sessions", "Sessions advanced by one llm_decode_batch_each call.");
+    batch.write(out, "llm_decode_batch_sessions", "Requests advanced by one llm_decode_batch_prefill call.");
     return out;
   }
 };
@@ -200,7 +218,8 @@ struct Job {
   uint32_t max_tokens = 0;
   llm_session* session = nullptr;
   llm_text_stream* text = nullptr;
-  size_t n_prefilled = 0;
+  size_t n_prefilled = 0;                 // prompt tokens in the session (taken from the cache or prefilled)
+  std::vector<llm_token> generated;       // the session holds prompt + generated
   Clock::time_point last_token;
 
   // Shared.
@@ -213,8 +232,6 @@ struct Job {
   ApiError error;          // status != 0 once failed
   std::atomic<bool> cancelled{false};
 };
-
-int cancel_poll(void* user) { return static_cast<Job*>(user)->cancelled.load() ? 1 : 0; }
 
 // ---------------------------------------------------------------- scheduler
 
@@ -258,8 +275,13 @@ class Scheduler {
 
  private:
   void start(Job& j);
-  void prefill_step();
-  void decode_step();
+  // Forks the kept session with the longest common prefix into j.session,
+  // cut back to that prefix (at most all of the prompt but its last token);
+  // returns the prompt tokens it holds (0: nothing kept matched).
+  size_t reuse_prefix(Job& j);
+  void step();
+  void on_step_error(Job& j, llm_status st);
+  void free_cache();
   void on_token(Job& j, llm_token tok, Clock::time_point now);
   void finish(Job& j, const char* reason);
   void fail(Job& j, const ApiError& e);
@@ -279,6 +301,13 @@ class Scheduler {
 
   // The scheduler thread's own.
   std::vector<std::shared_ptr<Job>> active_;
+  struct Kept {
+    llm_session* session;
+    std::vector<llm_token> tokens;  // what the session holds
+    uint64_t used;
+  };
+  std::vector<Kept> cache_;
+  uint64_t tick_ = 0;
   std::mt19937_64 rng_;
   std::vector<char> buf_ = std::vector<char>(1 << 16);
 };
@@ -319,6 +348,7 @@ void Scheduler::run() {
         }
       }
       active_.clear();
+      free_cache();
       metrics_.active = 0;
       update_kv_gauge();
       return;
@@ -333,8 +363,7 @@ void Scheduler::run() {
         fail(*j, {499, "invalid_request_error", "cancelled", "the client closed the connection"});
       }
     }
-    prefill_step();
-    decode_step();
+    step();
     const size_t before = active_.size();
     active_.erase(std::remove_if(active_.begin(), active_.end(),
                                  [](const std::shared_ptr<Job>& j) { return j->phase == Phase::kDone; }),
@@ -364,12 +393,15 @@ void Scheduler::start(Job& j) {
   }
   const uint64_t room = ctx_ - j.prompt.size();
   j.max_tokens = uint32_t(j.req.max_tokens == 0 ? room : std::min(j.req.max_tokens, room));
+  // No cancel callback: prefills run in bounded chunks between the steps at
+  // which a cancelled job is dropped (and a fork would carry a callback
+  // whose job is gone).
   llm_session_params sp;
   llm_session_params_init(&sp);
   sp.max_tokens = ctx_;
-  sp.cancel = cancel_poll;
-  sp.cancel_user_data = &j;
-  llm_status st = llm_session_create(model_, &sp, &j.session);
+  llm_status st = LLM_OK;
+  j.n_prefilled = reuse_prefix(j);
+  if (!j.session) st = llm_session_create(model_, &sp, &j.session);
   if (st == LLM_OK) {
     std::vector<const char*> stops;
     for (const std::string& s : j.req.stops) stops.push_back(s.c_str());
@@ -385,78 +417,142 @@ void Scheduler::start(Job& j) {
   j.phase = Phase::kPrefill;
 }
 
-// Prefills at most opt_.prefill_chunk prompt tokens, over the jobs in
-// admission order, so that a long prompt delays running streams by one
-// chunk per step rather than by its whole prefill.
-void Scheduler::prefill_step() {
-  size_t budget = opt_.prefill_chunk;
+size_t Scheduler::reuse_prefix(Job& j) {
+  Kept* best = nullptr;
+  size_t best_n = 0;
+  for (Kept& k : cache_) {
+    const size_t m = std::min(k.tokens.size(), j.prompt.size() - 1);  // the last prompt token is always run
+    size_t n = 0;
+    while (n < m && k.tokens[n] == j.prompt[n]) ++n;
+    if (n > best_n) {
+      best = &k;
+      best_n = n;
+    }
+  }
+  if (!best) return 0;
+  if (llm_session_fork(best->session, &j.session) != LLM_OK) return 0;
+  if (llm_kv_evict(j.session, uint32_t(best_n), uint32_t(best->tokens.size() - best_n)) != LLM_OK) {
+    llm_session_free(j.session);
+    j.session = nullptr;
+    return 0;
+  }
+  best->used = ++tick_;
+  std::lock_guard<std::mutex> l(metrics_.mu);
+  metrics_.reused_tokens += best_n;
+  return best_n;
+}
+
+void Scheduler::free_cache() {
+  for (Kept& k : cache_) llm_session_free(k.session);
+  cache_.clear();
+  metrics_.cached_sessions = 0;
+}
+
+// One llm_decode_batch_prefill call: a token for every decoding job and, in
+// the same pass, at most opt_.prefill_chunk prompt tokens over the jobs
+// still prefilling (admission order; a prompt's last chunk also samples its
+// first token).
+void Scheduler::step() {
+  struct Entry {
+    Job* job;
+    size_t n_prompt;
+    uint32_t n_tokens;  // the session's before the call (prefilling jobs)
+  };
+  std::vector<Entry> entries;
+  std::vector<llm_session*> sessions;
+  std::vector<const llm_sampling*> samplings;
+  std::vector<const llm_token*> prompts;
+  std::vector<size_t> n_prompts;
+  std::vector<int32_t> sample;
+  size_t budget = opt_.prefill_chunk, n_decoding = 0;
   for (auto& jp : active_) {
     Job& j = *jp;
-    if (j.phase != Phase::kPrefill) continue;
-    if (budget == 0) break;
-    const size_t n = std::min(budget, j.prompt.size() - j.n_prefilled);
-    const llm_status st = llm_prefill(j.session, j.prompt.data() + j.n_prefilled, n);
-    if (st != LLM_OK) {
-      if (st == LLM_ERR_CONTEXT_FULL)
-        fail(j, {503, "server_error", "kv_cache_full", "the KV cache is full; retry later"});
-      else if (st == LLM_ERR_CANCELLED)
-        fail(j, {499, "invalid_request_error", "cancelled", "the client closed the connection"});
-      else if (st == LLM_ERR_OUT_OF_MEMORY)
-        fail(j, {503, "server_error", "out_of_memory", "out of memory"});
-      else
-        fail(j, {500, "server_error", "internal_error",
-                 std::string("prefill failed: ") + llm_status_string(st) + " " + llm_last_error()});
+    size_t n = 0;
+    if (j.phase == Phase::kDecode) {
+      ++n_decoding;
+    } else if (j.phase == Phase::kPrefill && budget > 0) {
+      n = std::min(budget, j.prompt.size() - j.n_prefilled);
+      budget -= n;
+    } else {
       continue;
     }
-    j.n_prefilled += n;
-    budget -= n;
-    {
-      std::lock_guard<std::mutex> l(metrics_.mu);
-      metrics_.prompt_tokens += n;
+    llm_session_stats_t st;
+    st.struct_size = sizeof st;
+    st.n_tokens = 0;
+    if (n > 0) llm_session_stats(j.session, &st);
+    entries.push_back({&j, n, st.n_tokens});
+    sessions.push_back(j.session);
+    samplings.push_back(&j.req.sampling);
+    prompts.push_back(n ? j.prompt.data() + j.n_prefilled : nullptr);
+    n_prompts.push_back(n);
+    sample.push_back(n == 0 || j.n_prefilled + n == j.prompt.size());
+  }
+  if (entries.empty()) return;
+  if (n_decoding > 0) {
+    std::lock_guard<std::mutex> l(metrics_.mu);
+    metrics_.batch.observe(double(n_decoding));
+  }
+  std::vector<llm_token> out(entries.size(), -1);
+  const llm_status st = llm_decode_batch_prefill(sessions.data(), sessions.size(), prompts.data(), n_prompts.data(),
+                                                 sample.data(), samplings.data(), out.data());
+  const Clock::time_point now = Clock::now();
+  // On a failure the jobs before the failing one have advanced (a chunk
+  // without sampling shows only in the session's length) and it and those
+  // after it have not, except for chunks that already ran in the pass: each
+  // job's progress is read from its session, and the first job that did not
+  // complete is the failing one.
+  bool failed_seen = false;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Job& j = *entries[i].job;
+    const size_t n = entries[i].n_prompt;
+    bool prompt_done = n > 0 && st == LLM_OK;
+    if (n > 0 && st != LLM_OK) {
+      llm_session_stats_t after;
+      after.struct_size = sizeof after;
+      prompt_done = llm_session_stats(j.session, &after) == LLM_OK && after.n_tokens == entries[i].n_tokens + n;
     }
-    if (j.n_prefilled == j.prompt.size()) {
+    const bool complete = (n == 0 || prompt_done) && (!sample[i] || out[i] >= 0);
+    if (prompt_done) {
+      j.n_prefilled += n;
       {
+        std::lock_guard<std::mutex> l(metrics_.mu);
+        metrics_.prompt_tokens += n;
+      }
+      if (j.n_prefilled == j.prompt.size()) {
         std::lock_guard<std::mutex> l(j.mu);
-        j.phase = Phase::kDecode;
+        j.phase = Phase::kDecode;  // its first token comes now, or from the logits next step
       }
       j.cv.notify_all();
+    }
+    if (out[i] >= 0) on_token(j, out[i], now);
+    if (!complete && !failed_seen && st != LLM_OK) {
+      failed_seen = true;
+      on_step_error(j, st);
     }
   }
 }
 
-// One token for every decoding job, in one llm_decode_batch_each call.
-void Scheduler::decode_step() {
-  std::vector<Job*> jobs;
-  for (auto& j : active_)
-    if (j->phase == Phase::kDecode) jobs.push_back(j.get());
-  if (jobs.empty()) return;
-  std::vector<llm_session*> sessions;
-  std::vector<const llm_sampling*> samplings;
-  for (Job* j : jobs) {
-    sessions.push_back(j->session);
-    samplings.push_back(&j->req.sampling);
+// A failed step's job: a full KV pool first frees the kept sessions (the job
+// tries again next step); otherwise a decoding job ends with "length" and a
+// prefilling one fails.
+void Scheduler::on_step_error(Job& j, llm_status st) {
+  if ((st == LLM_ERR_CONTEXT_FULL || st == LLM_ERR_OUT_OF_MEMORY) && !cache_.empty()) {
+    free_cache();
+    return;
   }
-  std::vector<llm_token> out(jobs.size(), -1);
-  {
-    std::lock_guard<std::mutex> l(metrics_.mu);
-    metrics_.batch.observe(double(jobs.size()));
-  }
-  const llm_status st = llm_decode_batch_each(sessions.data(), sessions.size(), samplings.data(), out.data());
-  const Clock::time_point now = Clock::now();
-  size_t i = 0;
-  for (; i < jobs.size() && out[i] >= 0; ++i) on_token(*jobs[i], out[i], now);
-  if (st != LLM_OK && i < jobs.size()) {
-    // jobs[i] failed; those after it did not move and run next step.
-    Job& j = *jobs[i];
-    if (st == LLM_ERR_CONTEXT_FULL) {
-      size_t len = 0;
-      if (llm_text_stream_flush(j.text, buf_.data(), buf_.size(), &len) == LLM_OK && len)
-        publish(j, std::string(buf_.data(), len));
-      finish(j, "length");
-    } else {
-      fail(j, {500, "server_error", "internal_error",
-               std::string("decode failed: ") + llm_status_string(st) + " " + llm_last_error()});
-    }
+  if (j.phase == Phase::kDecode && st == LLM_ERR_CONTEXT_FULL) {
+    size_t len = 0;
+    if (llm_text_stream_flush(j.text, buf_.data(), buf_.size(), &len) == LLM_OK && len)
+      publish(j, std::string(buf_.data(), len));
+    finish(j, "length");
+  } else if (st == LLM_ERR_CONTEXT_FULL) {
+    fail(j, {503, "server_error", "kv_cache_full", "the KV cache is full; retry later"});
+  } else if (st == LLM_ERR_OUT_OF_MEMORY) {
+    fail(j, {503, "server_error", "out_of_memory", "out of memory"});
+  } else {
+    fail(j, {500, "server_error", "internal_error",
+             std::string(j.phase == Phase::kDecode ? "decode" : "prefill") + " failed: " + llm_status_string(st) + " " +
+                 llm_last_error()});
   }
 }
 
@@ -470,6 +566,7 @@ void Scheduler::on_token(Job& j, llm_token tok, Clock::time_point now) {
       metrics_.itl.observe(std::chrono::duration<double>(now - j.last_token).count());
   }
   j.last_token = now;
+  j.generated.push_back(tok);
   uint32_t n_generated;
   {
     std::lock_guard<std::mutex> l(j.mu);
@@ -519,6 +616,24 @@ void Scheduler::release(Job& j) {
 }
 
 void Scheduler::finish(Job& j, const char* reason) {
+  if (opt_.prompt_cache > 0 && j.session) {
+    // Kept for its prefix if the session holds exactly prompt + generated.
+    llm_session_stats_t st;
+    st.struct_size = sizeof st;
+    std::vector<llm_token> tokens = j.prompt;
+    tokens.insert(tokens.end(), j.generated.begin(), j.generated.end());
+    if (llm_session_stats(j.session, &st) == LLM_OK && st.n_tokens == tokens.size()) {
+      if (cache_.size() >= size_t(opt_.prompt_cache)) {
+        auto lru = std::min_element(cache_.begin(), cache_.end(),
+                                    [](const Kept& a, const Kept& b) { return a.used < b.used; });
+        llm_session_free(lru->session);
+        cache_.erase(lru);
+      }
+      cache_.push_back({j.session, std::move(tokens), ++tick_});
+      metrics_.cached_sessions = int64_t(cache_.size());
+      j.session = nullptr;
+    }
+  }
   release(j);
   {
     std::lock_guard<std::mutex> l(j.mu);
@@ -986,6 +1101,7 @@ bool parse_args(int argc, char** argv, Options& o) {
     else if (a == "--max-body") { if (!integer(1, 1ll << 32, n)) return false; o.max_body = size_t(n); }
     else if (a == "--model-name") o.model_name = v;
     else if (a == "--chat-template-file") o.template_file = v;
+    else if (a == "--prompt-cache") { if (!integer(0, 4096, n)) return false; o.prompt_cache = int(n); }
     else if (a == "--prefill-chunk") { if (!integer(1, 1 << 20, n)) return false; o.prefill_chunk = uint32_t(n); }
     else if (a == "--kv-budget-mib") { if (!integer(0, 1ll << 30, n)) return false; o.kv_budget_mib = uint64_t(n); }
     else if (a == "--seed") { o.seed = std::strtoull(v, nullptr, 10); o.have_seed = true; }

@@ -179,6 +179,37 @@ def t_seed(s, ctx):
     assert a == b, (a, b)
 
 
+CACHE_MSGS = [{"role": "user", "content": "Write two sentences about a dog and a ball."}]
+
+
+def cache_run(s, ctx, messages=CACHE_MSGS):
+    r = s.client().chat.completions.create(model="test-model", messages=messages, max_tokens=ctx["n"],
+                                           temperature=0.9, seed=77)
+    return r.choices[0].message.content
+
+
+def t_prompt_cache(s, ctx):
+    """A repeated prompt and a second turn of a conversation take their prefix from a kept
+    session (llm_prompt_cache_tokens_total grows) and give the text they give computed fresh
+    (t_limits asks the same of a server with --prompt-cache 0)."""
+    first = cache_run(s, ctx)
+    m0 = metrics(s)
+    again = cache_run(s, ctx)
+    m1 = metrics(s)
+    reused = m1["llm_prompt_cache_tokens_total"] - m0["llm_prompt_cache_tokens_total"]
+    prefilled = m1["llm_prompt_tokens_total"] - m0["llm_prompt_tokens_total"]
+    assert again == first, (again, first)
+    assert reused >= 4 and prefilled == 1, (reused, prefilled)
+    turn2 = CACHE_MSGS + [{"role": "assistant", "content": first}, {"role": "user", "content": "And then?"}]
+    cache_run(s, ctx, turn2)
+    m2 = metrics(s)
+    assert m2["llm_prompt_cache_tokens_total"] - m1["llm_prompt_cache_tokens_total"] >= reused, (m1, m2)
+    assert m2["llm_prompt_cache_sessions"] >= 1, m2
+    ctx["cache_text"] = first
+    ctx["report"].append("prompt cache: a repeated prompt prefilled %d token, took %d from a kept session" % (
+        prefilled, reused))
+
+
 def t_stop(s, ctx):
     full = ctx["greedy"]
     # A stop string from the middle of the greedy answer: the answer must end right before it.
@@ -371,10 +402,13 @@ def t_limits(binary, model, template, ctx):
     """A server with one slot and a queue of one: the third request is a 429;
     (stories260K) a KV budget too small for a long prompt: 503; SIGINT ends running streams
     with a final event and [DONE], and the process exits 0."""
-    extra = ["--parallel", "1", "--queue", "1"] + (["--kv-budget-mib", "1"] if ctx["kv_prompt"] else [])
+    extra = ["--parallel", "1", "--queue", "1", "--prompt-cache", "0"] + (
+        ["--kv-budget-mib", "1"] if ctx["kv_prompt"] else [])
     s = Server(binary, model, extra, template)
     try:
         c = s.client(api_key="unused")
+        if "cache_text" in ctx:  # the main server's text, from kept sessions, equals the fresh one
+            assert cache_run(s, ctx) == ctx["cache_text"]
         statuses, lock = [], threading.Lock()
 
         def one(i):
@@ -507,7 +541,7 @@ def main():
     s = Server(binary, model, ["--api-key", API_KEY, "--max-body", "65536", "--parallel", "4", "--queue", "64"],
                template)
     try:
-        for case in (t_health_models, t_chat, t_stream, t_seed, t_stop, t_json_schema, t_errors, t_concurrent,
+        for case in (t_health_models, t_chat, t_stream, t_seed, t_prompt_cache, t_stop, t_json_schema, t_errors, t_concurrent,
                      t_disconnect, t_metrics):
             t0 = time.time()
             try:
