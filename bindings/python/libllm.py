@@ -23,7 +23,7 @@ from ctypes import POINTER, byref, c_char, c_char_p, c_double, c_float, c_int, c
 
 __all__ = [
     "Status", "LlmError", "Device", "KvType", "LogLevel", "Model", "Session", "Sampling", "Detokenizer",
-    "Piece", "decode_batch", "version", "version_string", "HEADER_VERSION", "Grammar", "TextStream",
+    "Piece", "decode_batch", "decode_batch_prefill", "version", "version_string", "HEADER_VERSION", "Grammar", "TextStream",
     "chat_render", "json_schema_to_gbnf",
 ]
 
@@ -200,6 +200,9 @@ _decode_batch = _declare("llm_decode_batch", _status, POINTER(c_void_p), c_size_
                         POINTER(llm_token))
 _decode_batch_each = _declare("llm_decode_batch_each", _status, POINTER(c_void_p), c_size_t,
                              POINTER(POINTER(_Sampling)), POINTER(llm_token))
+_decode_batch_prefill = _declare("llm_decode_batch_prefill", _status, POINTER(c_void_p), c_size_t,
+                                POINTER(POINTER(llm_token)), POINTER(c_size_t), POINTER(c_int32),
+                                POINTER(POINTER(_Sampling)), POINTER(llm_token))
 _kv_evict = _declare("llm_kv_evict", _status, c_void_p, c_uint32, c_uint32)
 _session_stats = _declare("llm_session_stats", _status, c_void_p, POINTER(_SessionStats))
 _session_fork = _declare("llm_session_fork", _status, c_void_p, POINTER(c_void_p))
@@ -227,7 +230,8 @@ _text_stream_free = _declare("llm_text_stream_free", None, c_void_p)
 
 class LlmError(Exception):
     """A failed call: .status (an llm_status value) and .message (llm_last_error).
-    A failed decode_batch also sets .tokens (see decode_batch)."""
+    A failed decode_batch or decode_batch_prefill also sets .tokens (see
+    decode_batch)."""
 
     def __init__(self, status, message=""):
         self.status = status
@@ -850,6 +854,38 @@ class Session:
         return self.stream(max_tokens, sampling)
 
 
+def _batch_handles(sessions):
+    """The sessions as a list and a C array of their handles."""
+    sessions = list(sessions)
+    for i, s in enumerate(sessions):
+        if not isinstance(s, Session):
+            raise TypeError("sessions[%d] is %s, not a libllm.Session" % (i, type(s).__name__))
+    return sessions, (c_void_p * len(sessions))(*[s._handle() for s in sessions])
+
+
+def _sampling_array(sampling, n):
+    """(array of n llm_sampling pointers, the structs it points to) for a
+    sampling argument: None (greedy), one Sampling for all, or a list with
+    one Sampling or None per session. Keep the structs alive for the call."""
+    if isinstance(sampling, (list, tuple)):
+        if len(sampling) != n:
+            raise ValueError("%d samplings for %d sessions" % (len(sampling), n))
+        raws = [sp._raw() if sp is not None else None for sp in sampling]
+    else:
+        raws = [sampling._raw() if sampling else None] * n  # one struct, n pointers to it
+    arr = (POINTER(_Sampling) * n)(*[ctypes.pointer(r) if r is not None else None for r in raws])
+    return arr, raws
+
+
+def _finish_batch(st, tokens):
+    try:
+        _check(st)
+    except LlmError as e:
+        e.tokens = tokens
+        raise
+    return tokens
+
+
 def decode_batch(sessions, sampling=None):
     """Session.decode_step on each session, in order, as one C call; the
     sessions' pending tokens run as one batched pass, so they share one read
@@ -865,21 +901,14 @@ def decode_batch(sessions, sampling=None):
     On a failure the LlmError has a .tokens list: the tokens of the sessions
     that advanced before the failing one, and -1 for the failing session and
     those after it (they are unchanged)."""
-    sessions = list(sessions)
-    for i, s in enumerate(sessions):
-        if not isinstance(s, Session):
-            raise TypeError("sessions[%d] is %s, not a libllm.Session" % (i, type(s).__name__))
+    sessions, ptrs = _batch_handles(sessions)
     n = len(sessions)
     if n == 0:
         return []  # nothing to do (and llm_decode_batch 0.2.0 reads sessions[0] even for n == 0)
-    ptrs = (c_void_p * n)(*[s._handle() for s in sessions])
     # -1 first: the library may reject the call before it writes them.
     out = (llm_token * n)(*([-1] * n))
     if isinstance(sampling, (list, tuple)):
-        if len(sampling) != n:
-            raise ValueError("%d samplings for %d sessions" % (len(sampling), n))
-        raws = [sp._raw() if sp is not None else None for sp in sampling]  # kept alive for the call
-        arr = (POINTER(_Sampling) * n)(*[ctypes.pointer(r) if r is not None else None for r in raws])
+        arr, _raws = _sampling_array(sampling, n)  # _raws: kept alive for the call
         st = _decode_batch_each(ptrs, n, arr, out)
     else:
         raw = sampling._raw() if sampling else None
@@ -889,9 +918,54 @@ def decode_batch(sessions, sampling=None):
     for s, tok in zip(sessions, tokens):
         if tok >= 0:
             s._last = tok
-    try:
-        _check(st)
-    except LlmError as e:
-        e.tokens = tokens
-        raise
-    return tokens
+    return _finish_batch(st, tokens)
+
+
+def decode_batch_prefill(sessions, prompts, sample=None, sampling=None):
+    """decode_batch where sessions may first append prompt tokens
+    (llm_decode_batch_prefill, library 0.4): sessions[i] appends prompts[i]
+    (a sequence of token ids; None or empty: none) as Session.prefill would,
+    in the same batched pass as the other sessions' pending tokens, so a new
+    request's prompt, or a chunk of a long one, joins running generations
+    instead of stalling them. Then it samples its next token, unless
+    sample is a list and sample[i] is false: then it only appends (a chunk
+    of a longer prompt) and its element of the result is -1. sampling is as
+    for decode_batch (None, one Sampling, or one Sampling or None per
+    session). Each session gets the tokens that prefill then decode_step
+    would give it alone.
+
+    Every token id and sampling is checked before any session moves
+    (LlmError INVALID_ARGUMENT, nothing appended). The sessions must be
+    distinct and of one C model. A failure stops at the failing session as
+    in decode_batch and the LlmError's .tokens holds the sampled tokens of
+    the sessions before it (-1 for the rest and for those not sampled);
+    when a grammar allows no token for a session, those after it may have
+    appended their prompt already (see llm_decode_batch_prefill)."""
+    sessions, ptrs = _batch_handles(sessions)
+    n = len(sessions)
+    prompts = [list(p) if p is not None else [] for p in prompts]
+    if len(prompts) != n:
+        raise ValueError("%d prompts for %d sessions" % (len(prompts), n))
+    if sample is not None:
+        sample = [bool(x) for x in sample]
+        if len(sample) != n:
+            raise ValueError("%d sample flags for %d sessions" % (len(sample), n))
+    if n == 0:
+        return []
+    arrays = [(llm_token * len(p))(*p) if p else None for p in prompts]  # kept alive for the call
+    prompt_ptrs = (POINTER(llm_token) * n)(*[ctypes.cast(a, POINTER(llm_token)) if a is not None else None
+                                             for a in arrays])
+    counts = (c_size_t * n)(*[len(p) for p in prompts])
+    flags = (c_int32 * n)(*[1 if x else 0 for x in sample]) if sample is not None else None
+    samplings, _raws = _sampling_array(sampling, n)  # _raws: kept alive for the call
+    out = (llm_token * n)(*([-1] * n))
+    st = _decode_batch_prefill(ptrs, n, prompt_ptrs, counts, flags, samplings, out)
+    tokens = list(out)
+    for s, prompt, tok in zip(sessions, prompts, tokens):
+        if tok >= 0:
+            s._last = tok
+        elif prompt:
+            # Appended (on success), or unknown (after a failure): the stream's
+            # detokenizer then starts without a previous token.
+            s._last = prompt[-1] if st == Status.OK else -1
+    return _finish_batch(st, tokens)

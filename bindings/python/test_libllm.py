@@ -245,6 +245,72 @@ class DecodeBatch(unittest.TestCase):
         self.assertEqual(c.decode_step(), twin_c.decode_step())  # c is unchanged
 
 
+    def test_prefill_joins_running_sessions(self):
+        hot = libllm.Sampling(temperature=0.9, seed=5)
+        each = [None, hot, None, libllm.Sampling(temperature=0.9, seed=11)]
+        running = [self.prompted(p) for p in BATCH_PROMPTS]
+        twins = [self.prompted(p) for p in BATCH_PROMPTS]
+        for s, t, sp in zip(running, twins, each):
+            self.assertEqual(s.decode_step(sp), t.decode_step(sp))
+        new_prompt = self.model.tokenize("The little dog")
+        new = self.model.session()
+        self.addCleanup(new.close)
+        new_twin = self.prompted("The little dog")
+        got = libllm.decode_batch_prefill(running + [new], [[], None, [], new_prompt], sampling=each)
+        self.assertEqual(got, [s.decode_step(sp) for s, sp in zip(twins + [new_twin], each)])
+        self.assertEqual(new.stats()["n_prompt"], len(new_prompt))
+        for step in range(8):  # and they keep agreeing afterwards
+            got = libllm.decode_batch_prefill(running + [new], [None] * 4, sampling=each)
+            self.assertEqual(got, [s.decode_step(sp) for s, sp in zip(twins + [new_twin], each)], "step %d" % step)
+        self.assertEqual(libllm.decode_batch_prefill([], []), [])
+        with self.assertRaises(ValueError):
+            libllm.decode_batch_prefill(running, [[], []])
+        with self.assertRaises(ValueError):
+            libllm.decode_batch_prefill(running, [[], [], []], sample=[True])
+
+    def test_prefill_in_chunks(self):
+        hot = libllm.Sampling(temperature=0.9, seed=5)
+        a = self.prompted(BATCH_PROMPTS[0])
+        twin_a = self.prompted(BATCH_PROMPTS[0])
+        prompt = self.model.tokenize("Tom and Sam went to the park")
+        new = self.model.session()
+        self.addCleanup(new.close)
+        twin = self.prompted("Tom and Sam went to the park")
+        got = libllm.decode_batch_prefill([a, new], [[], prompt[:3]], sample=[True, False], sampling=[None, hot])
+        self.assertEqual(got, [twin_a.decode_step(), -1])
+        self.assertEqual(new.stats()["n_tokens"], 3)
+        got = libllm.decode_batch_prefill([a, new], [[], prompt[3:]], sample=[1, 1], sampling=[None, hot])
+        self.assertEqual(got, [twin_a.decode_step(), twin.decode_step(hot)])
+        # The stream continues after the sampled token.
+        self.assertEqual([p.token for p in new.stream(4, hot)], [twin.decode_step(hot) for _ in range(4)])
+
+    def test_prefill_rejects_a_bad_token_before_anything_moves(self):
+        a = self.prompted(BATCH_PROMPTS[0])
+        twin_a = self.prompted(BATCH_PROMPTS[0])
+        new = self.model.session()
+        self.addCleanup(new.close)
+        with self.assertRaises(libllm.LlmError) as cm:
+            libllm.decode_batch_prefill([a, new], [[], [1, 100000]])
+        self.assertEqual(cm.exception.status, libllm.Status.INVALID_ARGUMENT)
+        self.assertEqual(cm.exception.tokens, [-1, -1])
+        self.assertEqual(new.stats()["n_tokens"], 0)
+        self.assertEqual(a.decode_step(), twin_a.decode_step())
+
+    def test_prefill_failure_keeps_the_tokens_of_advanced_sessions(self):
+        # b has room for its prompt and one more token: a 4-token chunk does not fit.
+        tight = len(self.model.tokenize(BATCH_PROMPTS[1])) + 1
+        a = self.prompted(BATCH_PROMPTS[0])
+        b = self.prompted(BATCH_PROMPTS[1], max_tokens=tight)
+        c = self.prompted(BATCH_PROMPTS[2])
+        twin_a = self.prompted(BATCH_PROMPTS[0])
+        twin_c = self.prompted(BATCH_PROMPTS[2])
+        with self.assertRaises(libllm.LlmError) as cm:
+            libllm.decode_batch_prefill([a, b, c], [[], [10, 11, 12, 13], []])
+        self.assertEqual(cm.exception.status, libllm.Status.CONTEXT_FULL)
+        self.assertEqual(cm.exception.tokens, [twin_a.decode_step(), -1, -1])
+        self.assertEqual(c.decode_step(), twin_c.decode_step())  # c is unchanged
+
+
 class Lifetime(unittest.TestCase):
     def test_session_keeps_model_alive(self):
         m = load_stories()
