@@ -1044,6 +1044,28 @@ impl<'g> Sampling<'g> {
     }
 }
 
+/// What [`Session::decode_batch_prefill`] does with one session: append
+/// `prompt` (as [`Session::prefill`] would; empty: nothing), then sample its
+/// next token with `sampling` unless `sample` is false (a chunk of a longer
+/// prompt). The default appends nothing and samples greedily, so
+/// `PrefillStep { prompt: &ids, ..PrefillStep::default() }` is a new request.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PrefillStep<'a> {
+    pub prompt: &'a [Token],
+    pub sample: bool,
+    pub sampling: Sampling<'a>,
+}
+
+impl Default for PrefillStep<'_> {
+    fn default() -> Self {
+        PrefillStep {
+            prompt: &[],
+            sample: true,
+            sampling: Sampling::default(),
+        }
+    }
+}
+
 /// Counters and timings of a session (`llm_session_stats_t`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SessionStats {
@@ -1253,6 +1275,146 @@ impl Session {
         check(code)
     }
 
+    /// [`decode_batch`](Session::decode_batch) with settings of their own for
+    /// every session (`llm_decode_batch_each`, library 0.3): `sessions[i]`
+    /// samples with `samplings[i]`, so other temperatures, seeds and grammars
+    /// share one batched pass. Every setting is checked before any session
+    /// moves (a bad one is [`Status::InvalidArgument`], nothing advances).
+    /// `samplings` must be as long as `sessions`. Each session gets the token
+    /// it would have sampled alone with its settings.
+    ///
+    /// ```no_run
+    /// # use libllm::{Model, Sampling, Session};
+    /// # let model = Model::load("stories260K.gguf")?;
+    /// # let (mut a, mut b) = (model.session()?, model.session()?);
+    /// let hot = Sampling { temperature: 0.9, seed: 5, ..Sampling::default() };
+    /// let tokens = Session::decode_batch_each(&mut [&mut a, &mut b], &[Sampling::greedy(), hot])?;
+    /// # Ok::<(), libllm::Error>(())
+    /// ```
+    pub fn decode_batch_each(sessions: &mut [&mut Session], samplings: &[Sampling]) -> Result<Vec<Token>> {
+        let mut tokens = vec![-1; sessions.len()];
+        Session::decode_batch_each_into(sessions, samplings, &mut tokens)?;
+        Ok(tokens)
+    }
+
+    /// [`decode_batch_each`](Session::decode_batch_each) writing into
+    /// `tokens`; after a failure it holds the tokens of the sessions that
+    /// advanced, as [`decode_batch_into`](Session::decode_batch_into) does.
+    pub fn decode_batch_each_into(
+        sessions: &mut [&mut Session],
+        samplings: &[Sampling],
+        tokens: &mut [Token],
+    ) -> Result<()> {
+        check_batch_lengths(sessions.len(), samplings.len(), "samplings")?;
+        check_batch_lengths(sessions.len(), tokens.len(), "tokens")?;
+        if sessions.is_empty() {
+            return Ok(());
+        }
+        let raws: Vec<sys::llm_sampling> = samplings.iter().map(|s| s.to_raw()).collect();
+        let raw_ptrs: Vec<*const sys::llm_sampling> = raws.iter().map(|r| r as *const sys::llm_sampling).collect();
+        let ptrs: Vec<*mut sys::llm_session> = sessions.iter().map(|s| s.raw.as_ptr()).collect();
+        for t in tokens.iter_mut() {
+            *t = -1;
+        }
+        let code =
+            unsafe { sys::llm_decode_batch_each(ptrs.as_ptr(), ptrs.len(), raw_ptrs.as_ptr(), tokens.as_mut_ptr()) };
+        for (s, &t) in sessions.iter_mut().zip(tokens.iter()) {
+            if t >= 0 {
+                s.last_token = Some(t);
+            }
+        }
+        check(code)
+    }
+
+    /// [`decode_batch_each`](Session::decode_batch_each) where sessions may
+    /// first append prompt tokens (`llm_decode_batch_prefill`, library 0.4):
+    /// `sessions[i]` does `steps[i]` (see [`PrefillStep`]). The prompts join
+    /// the same batched pass as the other sessions' pending tokens, so a new
+    /// request, or a chunk of a long prompt, does not stall the running
+    /// generations. Returns one entry per session: its token, or -1 where
+    /// `sample` was false. Each session ends exactly as
+    /// [`prefill`](Session::prefill) then [`decode_step`](Session::decode_step)
+    /// alone would leave it. Every token id and setting is checked before
+    /// any session moves ([`Status::InvalidArgument`], nothing appended).
+    /// `steps` must be as long as `sessions`.
+    ///
+    /// On a failure it stops at the failing session: those before it have
+    /// advanced (use [`decode_batch_prefill_into`](Session::decode_batch_prefill_into)
+    /// to keep their tokens), it and those after it are unchanged, except
+    /// when a grammar allows no token: then the sessions after it that joined
+    /// the pass have appended their prompt.
+    ///
+    /// ```no_run
+    /// # use libllm::{Model, PrefillStep, Session};
+    /// # let model = Model::load("stories260K.gguf")?;
+    /// # let (mut running, mut new) = (model.session()?, model.session()?);
+    /// let prompt = model.tokenize("Lily had a", true)?;
+    /// let steps = [PrefillStep::default(), PrefillStep { prompt: &prompt, ..PrefillStep::default() }];
+    /// let tokens = Session::decode_batch_prefill(&mut [&mut running, &mut new], &steps)?;
+    /// # Ok::<(), libllm::Error>(())
+    /// ```
+    pub fn decode_batch_prefill(sessions: &mut [&mut Session], steps: &[PrefillStep]) -> Result<Vec<Token>> {
+        let mut tokens = vec![-1; sessions.len()];
+        Session::decode_batch_prefill_into(sessions, steps, &mut tokens)?;
+        Ok(tokens)
+    }
+
+    /// [`decode_batch_prefill`](Session::decode_batch_prefill) writing into
+    /// `tokens` (as long as `sessions`). After a failure `tokens[i]` holds the
+    /// token of every sampled session that advanced before the failing one,
+    /// and -1 for the others. A session with a prompt and no token there
+    /// may or may not have appended it: its [`stream`](Session::stream)
+    /// then starts without a previous token.
+    pub fn decode_batch_prefill_into(
+        sessions: &mut [&mut Session],
+        steps: &[PrefillStep],
+        tokens: &mut [Token],
+    ) -> Result<()> {
+        check_batch_lengths(sessions.len(), steps.len(), "steps")?;
+        check_batch_lengths(sessions.len(), tokens.len(), "tokens")?;
+        if sessions.is_empty() {
+            return Ok(());
+        }
+        let prompts: Vec<*const Token> = steps
+            .iter()
+            .map(|st| {
+                if st.prompt.is_empty() {
+                    ptr::null()
+                } else {
+                    st.prompt.as_ptr()
+                }
+            })
+            .collect();
+        let n_prompts: Vec<usize> = steps.iter().map(|st| st.prompt.len()).collect();
+        let sample: Vec<i32> = steps.iter().map(|st| st.sample as i32).collect();
+        let raws: Vec<sys::llm_sampling> = steps.iter().map(|st| st.sampling.to_raw()).collect();
+        let raw_ptrs: Vec<*const sys::llm_sampling> = raws.iter().map(|r| r as *const sys::llm_sampling).collect();
+        let ptrs: Vec<*mut sys::llm_session> = sessions.iter().map(|s| s.raw.as_ptr()).collect();
+        for t in tokens.iter_mut() {
+            *t = -1;
+        }
+        let code = unsafe {
+            sys::llm_decode_batch_prefill(
+                ptrs.as_ptr(),
+                ptrs.len(),
+                prompts.as_ptr(),
+                n_prompts.as_ptr(),
+                sample.as_ptr(),
+                raw_ptrs.as_ptr(),
+                tokens.as_mut_ptr(),
+            )
+        };
+        for ((s, st), &t) in sessions.iter_mut().zip(steps).zip(tokens.iter()) {
+            if t >= 0 {
+                s.last_token = Some(t);
+            } else if let Some(&last) = st.prompt.last() {
+                // Appended on success; unknown after a failure.
+                s.last_token = if code == sys::LLM_OK { Some(last) } else { None };
+            }
+        }
+        check(code)
+    }
+
     /// The logits the next `decode_step` samples from. Borrowed until the
     /// session is used again.
     pub fn logits(&mut self) -> Result<&[f32]> {
@@ -1326,6 +1488,17 @@ impl Session {
         self.prefill(&tokens)?;
         Ok(self.stream(max_tokens, sampling))
     }
+}
+
+// A per-session argument of a batch call must have one entry per session.
+fn check_batch_lengths(n_sessions: usize, n: usize, what: &str) -> Result<()> {
+    if n == n_sessions {
+        return Ok(());
+    }
+    Err(Error::new(
+        Status::InvalidArgument,
+        format!("{} {} for {} sessions", n, what, n_sessions),
+    ))
 }
 
 /// One generated token and the text it completes.

@@ -251,6 +251,23 @@ extern "C" {
         sampling: *const llm_sampling,
         out_tokens: *mut llm_token,
     ) -> llm_status;
+    /// Since 0.3.
+    pub fn llm_decode_batch_each(
+        sessions: *const *mut llm_session,
+        n: usize,
+        samplings: *const *const llm_sampling,
+        out_tokens: *mut llm_token,
+    ) -> llm_status;
+    /// Since 0.4.
+    pub fn llm_decode_batch_prefill(
+        sessions: *const *mut llm_session,
+        n: usize,
+        prompts: *const *const llm_token,
+        n_prompts: *const usize,
+        sample: *const i32,
+        samplings: *const *const llm_sampling,
+        out_tokens: *mut llm_token,
+    ) -> llm_status;
     pub fn llm_kv_evict(session: *mut llm_session, n_keep: u32, n_discard: u32) -> llm_status;
     pub fn llm_session_stats(session: *const llm_session, stats: *mut llm_session_stats_t) -> llm_status;
     pub fn llm_session_fork(src: *const llm_session, out_session: *mut *mut llm_session) -> llm_status;

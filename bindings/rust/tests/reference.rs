@@ -1,7 +1,7 @@
 //! End-to-end tests of the safe wrapper against the real library and the
 //! stories260K reference vectors (case 0 of reference/stories260K_greedy.json,
 //! produced by llama2.c run.c; copied here as test data).
-use libllm::{sys, Device, LoadParams, Model, Sampling, Session, SessionParams, Status, TokenizeFlags};
+use libllm::{sys, Device, LoadParams, Model, PrefillStep, Sampling, Session, SessionParams, Status, TokenizeFlags};
 use std::path::PathBuf;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -352,5 +352,174 @@ fn decode_batch_failure_keeps_the_tokens_of_advanced_sessions() {
     assert_eq!(tokens[0], twin_a.decode_step(&greedy).unwrap()); // a advanced
     assert_eq!(&tokens[1..], &[-1, -1]);
     // c is unchanged: its next token is the one its twin samples now.
+    assert_eq!(c.decode_step(&greedy).unwrap(), twin_c.decode_step(&greedy).unwrap());
+}
+
+fn hot(seed: u64) -> Sampling<'static> {
+    Sampling {
+        temperature: 0.9,
+        seed,
+        ..Sampling::default()
+    }
+}
+
+#[test]
+fn decode_batch_each_uses_each_sessions_sampling() {
+    let model = stories();
+    let params = SessionParams::new();
+    let each = [Sampling::greedy(), hot(5)];
+    let mut batch: Vec<Session> = BATCH_PROMPTS[..2]
+        .iter()
+        .map(|p| prompted(&model, p, &params))
+        .collect();
+    let mut alone: Vec<Session> = BATCH_PROMPTS[..2]
+        .iter()
+        .map(|p| prompted(&model, p, &params))
+        .collect();
+    for step in 0..12 {
+        let mut refs: Vec<&mut Session> = batch.iter_mut().collect();
+        let got = Session::decode_batch_each(&mut refs, &each).unwrap();
+        let want: Vec<i32> = alone
+            .iter_mut()
+            .zip(&each)
+            .map(|(s, sp)| s.decode_step(sp).unwrap())
+            .collect();
+        assert_eq!(got, want, "step {}", step);
+    }
+    let (x, y) = batch.split_at_mut(1);
+    let err = Session::decode_batch_each(&mut [&mut x[0], &mut y[0]], &each[..1]).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+    assert_eq!(Session::decode_batch_each(&mut [], &[]).unwrap(), Vec::<i32>::new());
+}
+
+#[test]
+fn decode_batch_prefill_joins_running_sessions() {
+    let model = stories();
+    let params = SessionParams::new();
+    let each = [Sampling::greedy(), hot(5), Sampling::greedy(), hot(11)];
+    let mut running: Vec<Session> = BATCH_PROMPTS.iter().map(|p| prompted(&model, p, &params)).collect();
+    let mut twins: Vec<Session> = BATCH_PROMPTS.iter().map(|p| prompted(&model, p, &params)).collect();
+    for ((s, t), sp) in running.iter_mut().zip(twins.iter_mut()).zip(&each) {
+        assert_eq!(s.decode_step(sp).unwrap(), t.decode_step(sp).unwrap());
+    }
+    let new_prompt = model.tokenize("The little dog", true).unwrap();
+    running.push(model.session().unwrap());
+    twins.push(prompted(&model, "The little dog", &params));
+    for step in 0..8 {
+        // The first call brings the new session's prompt, the later ones only step.
+        let prompt: &[i32] = if step == 0 { &new_prompt } else { &[] };
+        let steps: Vec<PrefillStep> = each
+            .iter()
+            .enumerate()
+            .map(|(i, sp)| PrefillStep {
+                prompt: if i == 3 { prompt } else { &[] },
+                sample: true,
+                sampling: *sp,
+            })
+            .collect();
+        let mut refs: Vec<&mut Session> = running.iter_mut().collect();
+        let got = Session::decode_batch_prefill(&mut refs, &steps).unwrap();
+        let want: Vec<i32> = twins
+            .iter_mut()
+            .zip(&each)
+            .map(|(s, sp)| s.decode_step(sp).unwrap())
+            .collect();
+        assert_eq!(got, want, "step {}", step);
+    }
+    assert_eq!(running[3].stats().unwrap().n_prompt as usize, new_prompt.len());
+}
+
+#[test]
+fn decode_batch_prefill_in_chunks() {
+    let model = stories();
+    let params = SessionParams::new();
+    let mut a = prompted(&model, BATCH_PROMPTS[0], &params);
+    let mut twin_a = prompted(&model, BATCH_PROMPTS[0], &params);
+    let prompt = model.tokenize("Tom and Sam went to the park", true).unwrap();
+    let mut new = model.session().unwrap();
+    let mut twin = prompted(&model, "Tom and Sam went to the park", &params);
+    let greedy = Sampling::greedy();
+    let chunk = [
+        PrefillStep::default(),
+        PrefillStep {
+            prompt: &prompt[..3],
+            sample: false,
+            sampling: hot(5),
+        },
+    ];
+    let got = Session::decode_batch_prefill(&mut [&mut a, &mut new], &chunk).unwrap();
+    assert_eq!(got, vec![twin_a.decode_step(&greedy).unwrap(), -1]);
+    assert_eq!(new.stats().unwrap().n_tokens, 3);
+    let rest = [
+        PrefillStep::default(),
+        PrefillStep {
+            prompt: &prompt[3..],
+            sample: true,
+            sampling: hot(5),
+        },
+    ];
+    let got = Session::decode_batch_prefill(&mut [&mut a, &mut new], &rest).unwrap();
+    assert_eq!(
+        got,
+        vec![twin_a.decode_step(&greedy).unwrap(), twin.decode_step(&hot(5)).unwrap()]
+    );
+    // The stream continues after the sampled token.
+    let ids: Vec<i32> = new.stream(4, hot(5)).map(|p| p.unwrap().token).collect();
+    let want: Vec<i32> = (0..4).map(|_| twin.decode_step(&hot(5)).unwrap()).collect();
+    assert_eq!(ids, want);
+}
+
+#[test]
+fn decode_batch_prefill_rejects_a_bad_token_before_anything_moves() {
+    let model = stories();
+    let params = SessionParams::new();
+    let mut a = prompted(&model, BATCH_PROMPTS[0], &params);
+    let mut twin_a = prompted(&model, BATCH_PROMPTS[0], &params);
+    let mut new = model.session().unwrap();
+    let bad = [1, 100_000];
+    let steps = [
+        PrefillStep::default(),
+        PrefillStep {
+            prompt: &bad,
+            ..PrefillStep::default()
+        },
+    ];
+    let mut tokens = [7, 7];
+    let err = Session::decode_batch_prefill_into(&mut [&mut a, &mut new], &steps, &mut tokens).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument, "{}", err);
+    assert_eq!(tokens, [-1, -1]);
+    assert_eq!(new.stats().unwrap().n_tokens, 0);
+    let greedy = Sampling::greedy();
+    assert_eq!(a.decode_step(&greedy).unwrap(), twin_a.decode_step(&greedy).unwrap());
+    let err = Session::decode_batch_prefill(&mut [&mut a, &mut new], &steps[..1]).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument);
+}
+
+#[test]
+fn decode_batch_prefill_failure_keeps_the_tokens_of_advanced_sessions() {
+    let model = stories();
+    let roomy = SessionParams::new();
+    let prompt_len = model.tokenize(BATCH_PROMPTS[1], true).unwrap().len() as u32;
+    // b has room for its prompt and one more token: a 4-token chunk does not fit.
+    let tight = SessionParams::new().max_tokens(prompt_len + 1);
+    let mut a = prompted(&model, BATCH_PROMPTS[0], &roomy);
+    let mut b = prompted(&model, BATCH_PROMPTS[1], &tight);
+    let mut c = prompted(&model, BATCH_PROMPTS[2], &roomy);
+    let mut twin_a = prompted(&model, BATCH_PROMPTS[0], &roomy);
+    let mut twin_c = prompted(&model, BATCH_PROMPTS[2], &roomy);
+    let chunk = [10, 11, 12, 13];
+    let steps = [
+        PrefillStep::default(),
+        PrefillStep {
+            prompt: &chunk,
+            ..PrefillStep::default()
+        },
+        PrefillStep::default(),
+    ];
+    let mut tokens = [0; 3];
+    let err = Session::decode_batch_prefill_into(&mut [&mut a, &mut b, &mut c], &steps, &mut tokens).unwrap_err();
+    assert_eq!(err.status(), Status::ContextFull, "{}", err);
+    let greedy = Sampling::greedy();
+    assert_eq!(tokens, [twin_a.decode_step(&greedy).unwrap(), -1, -1]);
     assert_eq!(c.decode_step(&greedy).unwrap(), twin_c.decode_step(&greedy).unwrap());
 }
