@@ -27,6 +27,8 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -726,21 +728,15 @@ func (s *Session) DecodeStep(sp *Sampling) (Token, error) {
 // and those after it are unchanged and have -1. A nil or closed session
 // gives ErrClosed and a nil slice; nothing advances.
 func DecodeBatch(sessions []*Session, sp *Sampling) ([]Token, error) {
-	ptrs := make([]*C.llm_session, len(sessions)) // C pointers in Go memory: allowed by cgo
-	for i, s := range sessions {
-		if s == nil || s.ptr == nil {
-			return nil, ErrClosed
-		}
-		ptrs[i] = s.ptr
+	ptrs, err := sessionPtrs(sessions)
+	if err != nil {
+		return nil, err
 	}
-	tokens := make([]Token, len(sessions))
+	tokens := newBatchTokens(len(sessions))
 	if len(sessions) == 0 {
 		return tokens, nil
 	}
-	for i := range tokens {
-		tokens[i] = -1 // the library may reject the call before it writes them
-	}
-	err := sp.withC(func(c *C.llm_sampling) error {
+	err = sp.withC(func(c *C.llm_sampling) error {
 		return call(func() C.llm_status {
 			return C.llm_decode_batch(&ptrs[0], C.size_t(len(ptrs)), c, (*C.llm_token)(unsafe.Pointer(&tokens[0])))
 		})
@@ -752,6 +748,225 @@ func DecodeBatch(sessions []*Session, sp *Sampling) ([]Token, error) {
 		}
 	}
 	return tokens, err
+}
+
+// DecodeBatchEach is DecodeBatch with settings of their own for every
+// session (llm_decode_batch_each, library 0.3): sessions[i] samples with
+// sps[i] (a nil entry is greedy; a nil slice is greedy for all), so other
+// temperatures, seeds and grammars share one batched pass. len(sps) must be
+// len(sessions), else ErrInvalidArgument. Every setting is checked before
+// any session moves. Each session gets the token DecodeStep with its
+// settings would have given it alone. Failures are reported as by
+// DecodeBatch: the returned slice holds the tokens of the sessions that
+// advanced before the failing one, and -1 for the rest.
+func DecodeBatchEach(sessions []*Session, sps []*Sampling) ([]Token, error) {
+	ptrs, err := sessionPtrs(sessions)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBatchLen(len(sessions), len(sps), sps == nil, "samplings"); err != nil {
+		return nil, err
+	}
+	tokens := newBatchTokens(len(sessions))
+	if len(sessions) == 0 {
+		return tokens, nil
+	}
+	err = withCSamplings(sps, func(cs **C.llm_sampling) error {
+		return call(func() C.llm_status {
+			return C.llm_decode_batch_each(&ptrs[0], C.size_t(len(ptrs)), cs, (*C.llm_token)(unsafe.Pointer(&tokens[0])))
+		})
+	})
+	for i, tok := range tokens {
+		if tok >= 0 {
+			sessions[i].last = tok
+		}
+	}
+	return tokens, err
+}
+
+// DecodeBatchPrefill is DecodeBatchEach where sessions may first append
+// prompt tokens (llm_decode_batch_prefill, library 0.4): sessions[i]
+// appends prompts[i] (nil or empty: nothing) as Prefill would, in the same
+// batched pass as the other sessions' pending tokens, so a new request's
+// prompt, or a chunk of a long one, joins the running generations instead
+// of stalling them. Then it samples with sps[i] (nil: greedy), unless sample
+// is non-nil and sample[i] is false: then it only appends (a chunk of a
+// longer prompt) and tokens[i] is -1. prompts has one entry per session;
+// sample and sps are nil or have one entry per session, else
+// ErrInvalidArgument. Each session ends as Prefill then DecodeStep alone
+// would leave it. Every token id and setting is checked before any session
+// moves (ErrInvalidArgument, nothing appended).
+//
+// On a failure the returned slice is still filled: the sampled tokens of
+// the sessions before the failing one (they have advanced), -1 for the
+// rest, which are unchanged, except that when a grammar allows no token
+// for a session the sessions after it that joined the pass have appended
+// their prompt.
+func DecodeBatchPrefill(sessions []*Session, prompts [][]Token, sample []bool, sps []*Sampling) ([]Token, error) {
+	ptrs, err := sessionPtrs(sessions)
+	if err != nil {
+		return nil, err
+	}
+	n := len(sessions)
+	if err := checkBatchLen(n, len(prompts), false, "prompts"); err != nil {
+		return nil, err
+	}
+	if err := checkBatchLen(n, len(sample), sample == nil, "sample flags"); err != nil {
+		return nil, err
+	}
+	if err := checkBatchLen(n, len(sps), sps == nil, "samplings"); err != nil {
+		return nil, err
+	}
+	tokens := newBatchTokens(n)
+	if n == 0 {
+		return tokens, nil
+	}
+	// cgo lets C see no Go memory that holds Go pointers: the prompts and the
+	// array of pointers to them are copied into C memory.
+	total := 0
+	for _, p := range prompts {
+		total += len(p)
+	}
+	cTokens := (*C.llm_token)(C.calloc(C.size_t(total+1), C.size_t(unsafe.Sizeof(C.llm_token(0)))))
+	defer C.free(unsafe.Pointer(cTokens))
+	cPrompts := (**C.llm_token)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof((*C.llm_token)(nil)))))
+	defer C.free(unsafe.Pointer(cPrompts))
+	tokArr, promptArr := unsafe.Slice(cTokens, total+1), unsafe.Slice(cPrompts, n)
+	counts := make([]C.size_t, n)
+	at := 0
+	for i, p := range prompts {
+		if len(p) == 0 {
+			continue
+		}
+		for j, tok := range p {
+			tokArr[at+j] = C.llm_token(tok)
+		}
+		promptArr[i] = &tokArr[at]
+		counts[i] = C.size_t(len(p))
+		at += len(p)
+	}
+	var flags *C.int32_t
+	if sample != nil {
+		fs := make([]C.int32_t, n)
+		for i, b := range sample {
+			if b {
+				fs[i] = 1
+			}
+		}
+		flags = &fs[0]
+	}
+	err = withCSamplings(sps, func(cs **C.llm_sampling) error {
+		return call(func() C.llm_status {
+			return C.llm_decode_batch_prefill(&ptrs[0], C.size_t(n), cPrompts, &counts[0], flags, cs,
+				(*C.llm_token)(unsafe.Pointer(&tokens[0])))
+		})
+	})
+	for i, tok := range tokens {
+		switch {
+		case tok >= 0:
+			sessions[i].last = tok
+		case len(prompts[i]) > 0 && err == nil:
+			sessions[i].last = prompts[i][len(prompts[i])-1]
+		case len(prompts[i]) > 0:
+			sessions[i].last = -1 // the prompt may or may not have been appended
+		}
+	}
+	return tokens, err
+}
+
+// sessionPtrs returns the C handles of a batch (C pointers in Go memory:
+// allowed by cgo); a nil or closed session is ErrClosed.
+func sessionPtrs(sessions []*Session) ([]*C.llm_session, error) {
+	ptrs := make([]*C.llm_session, len(sessions))
+	for i, s := range sessions {
+		if s == nil || s.ptr == nil {
+			return nil, ErrClosed
+		}
+		ptrs[i] = s.ptr
+	}
+	return ptrs, nil
+}
+
+// newBatchTokens is -1 for every session: the library may reject the call
+// before it writes them.
+func newBatchTokens(n int) []Token {
+	tokens := make([]Token, n)
+	for i := range tokens {
+		tokens[i] = -1
+	}
+	return tokens
+}
+
+// checkBatchLen checks that a per-session argument has one entry per
+// session (or is nil, where that is allowed).
+func checkBatchLen(nSessions, n int, isNil bool, what string) error {
+	if n == nSessions || (isNil && n == 0) {
+		return nil
+	}
+	return &Error{Status: StatusInvalidArgument,
+		Message: strconv.Itoa(n) + " " + what + " for " + strconv.Itoa(nSessions) + " sessions"}
+}
+
+// withCSamplings runs f with an array of len(sps) pointers to C copies of
+// the settings (NULL for nil entries), or with NULL for a nil slice. The
+// array and the structs are in C memory, as cgo requires for an array of
+// pointers. Every grammar stays open (Close waits) until f returns.
+func withCSamplings(sps []*Sampling, f func(cs **C.llm_sampling) error) error {
+	if sps == nil {
+		return f(nil)
+	}
+	unlock, err := lockGrammars(sps)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	n := len(sps)
+	structs := (*C.llm_sampling)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.llm_sampling{}))))
+	defer C.free(unsafe.Pointer(structs))
+	ptrs := (**C.llm_sampling)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof((*C.llm_sampling)(nil)))))
+	defer C.free(unsafe.Pointer(ptrs))
+	structArr, ptrArr := unsafe.Slice(structs, n), unsafe.Slice(ptrs, n)
+	for i, sp := range sps {
+		if sp == nil {
+			continue
+		}
+		structArr[i] = sp.toC()
+		if sp.Grammar != nil {
+			structArr[i].grammar = sp.Grammar.ptr
+		}
+		ptrArr[i] = &structArr[i]
+	}
+	return f(ptrs)
+}
+
+// lockGrammars read-locks each distinct grammar of sps once (a second RLock
+// of one RWMutex can deadlock behind a waiting Close), in address order, so
+// that batches sharing grammars cannot wait on each other in a cycle. A
+// closed grammar is ErrClosed and leaves nothing locked.
+func lockGrammars(sps []*Sampling) (unlock func(), err error) {
+	var gs []*Grammar
+	seen := make(map[*Grammar]bool)
+	for _, sp := range sps {
+		if sp != nil && sp.Grammar != nil && !seen[sp.Grammar] {
+			seen[sp.Grammar] = true
+			gs = append(gs, sp.Grammar)
+		}
+	}
+	sort.Slice(gs, func(i, j int) bool { return uintptr(unsafe.Pointer(gs[i])) < uintptr(unsafe.Pointer(gs[j])) })
+	unlock = func() {
+		for _, g := range gs {
+			g.mu.RUnlock()
+		}
+	}
+	for i, g := range gs {
+		g.mu.RLock()
+		if g.ptr == nil {
+			gs = gs[:i+1]
+			unlock()
+			return nil, ErrClosed
+		}
+	}
+	return unlock, nil
 }
 
 // Logits returns a copy of the logits the next DecodeStep samples from.

@@ -537,6 +537,192 @@ func TestDecodeBatchFailureKeepsAdvancedTokens(t *testing.T) {
 	}
 }
 
+func hotSampling(seed uint64) *Sampling {
+	sp := DefaultSampling()
+	sp.Temperature = 0.9
+	sp.Seed = seed
+	return &sp
+}
+
+// stepAlone runs DecodeStep on each session with its own settings.
+func stepAlone(t *testing.T, sessions []*Session, sps []*Sampling) []Token {
+	t.Helper()
+	out := make([]Token, len(sessions))
+	for i, s := range sessions {
+		tok, err := s.DecodeStep(sps[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = tok
+	}
+	return out
+}
+
+func closeAll(sessions ...*Session) {
+	for _, s := range sessions {
+		s.Close()
+	}
+}
+
+func TestDecodeBatchEachUsesEachSessionsSampling(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	sps := []*Sampling{nil, hotSampling(5)}
+	batch := []*Session{prompted(t, m, batchPrompts[0], nil), prompted(t, m, batchPrompts[1], nil)}
+	alone := []*Session{prompted(t, m, batchPrompts[0], nil), prompted(t, m, batchPrompts[1], nil)}
+	defer closeAll(append(batch, alone...)...)
+	for step := 0; step < 12; step++ {
+		got, err := DecodeBatchEach(batch, sps)
+		if want := stepAlone(t, alone, sps); err != nil || !sameTokens(got, want) {
+			t.Fatalf("step %d: %v %v, want %v", step, got, err, want)
+		}
+	}
+	if _, err := DecodeBatchEach(batch, sps[:1]); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("one sampling for two sessions: %v", err)
+	}
+	// A nil slice is greedy for all.
+	got, err := DecodeBatchEach(batch, nil)
+	if want := stepAlone(t, alone, []*Sampling{nil, nil}); err != nil || !sameTokens(got, want) {
+		t.Fatalf("nil samplings: %v %v, want %v", got, err, want)
+	}
+	// A closed grammar is refused before anything moves.
+	g, err := m.NewGrammar(`root ::= "yes"`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	closedG := DefaultSampling()
+	closedG.Grammar = g
+	if _, err := DecodeBatchEach(batch, []*Sampling{nil, &closedG}); err != ErrClosed {
+		t.Fatalf("closed grammar: %v", err)
+	}
+}
+
+func TestDecodeBatchPrefillJoinsRunningSessions(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	sps := []*Sampling{nil, hotSampling(5), nil, hotSampling(11)}
+	var running, twins []*Session
+	for _, p := range batchPrompts {
+		running = append(running, prompted(t, m, p, nil))
+		twins = append(twins, prompted(t, m, p, nil))
+	}
+	if a, b := stepAlone(t, running, sps), stepAlone(t, twins, sps); !sameTokens(a, b) {
+		t.Fatalf("first steps differ: %v %v", a, b)
+	}
+	newPrompt, err := m.Tokenize("The little dog", true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := m.NewSession(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running = append(running, fresh)
+	twins = append(twins, prompted(t, m, "The little dog", nil))
+	defer closeAll(append(running, twins...)...)
+	prompts := [][]Token{nil, {}, nil, newPrompt}
+	for step := 0; step < 8; step++ {
+		got, err := DecodeBatchPrefill(running, prompts, nil, sps)
+		if want := stepAlone(t, twins, sps); err != nil || !sameTokens(got, want) {
+			t.Fatalf("step %d: %v %v, want %v", step, got, err, want)
+		}
+		prompts = make([][]Token, 4) // later calls only step
+	}
+	if st, err := fresh.Stats(); err != nil || int(st.Prompt) != len(newPrompt) {
+		t.Fatalf("new session stats %+v %v", st, err)
+	}
+	if _, err := DecodeBatchPrefill(running, prompts[:2], nil, nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("two prompts for four sessions: %v", err)
+	}
+	if got, err := DecodeBatchPrefill(nil, nil, nil, nil); err != nil || len(got) != 0 {
+		t.Fatalf("empty batch: %v %v", got, err)
+	}
+}
+
+func TestDecodeBatchPrefillInChunks(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	hot := hotSampling(5)
+	a := prompted(t, m, batchPrompts[0], nil)
+	twinA := prompted(t, m, batchPrompts[0], nil)
+	prompt, err := m.Tokenize("Tom and Sam went to the park", true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := m.NewSession(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twin := prompted(t, m, "Tom and Sam went to the park", nil)
+	defer closeAll(a, twinA, fresh, twin)
+	sps := []*Sampling{nil, hot}
+	got, err := DecodeBatchPrefill([]*Session{a, fresh}, [][]Token{nil, prompt[:3]}, []bool{true, false}, sps)
+	if want := []Token{greedy(t, twinA, 1)[0], -1}; err != nil || !sameTokens(got, want) {
+		t.Fatalf("first chunk: %v %v, want %v", got, err, want)
+	}
+	if st, err := fresh.Stats(); err != nil || st.Tokens != 3 {
+		t.Fatalf("after the first chunk: %+v %v", st, err)
+	}
+	got, err = DecodeBatchPrefill([]*Session{a, fresh}, [][]Token{nil, prompt[3:]}, []bool{true, true}, sps)
+	if want := stepAlone(t, []*Session{twinA, twin}, sps); err != nil || !sameTokens(got, want) {
+		t.Fatalf("second chunk: %v %v, want %v", got, err, want)
+	}
+}
+
+func TestDecodeBatchPrefillRejectsBadTokenBeforeAnythingMoves(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	a := prompted(t, m, batchPrompts[0], nil)
+	twinA := prompted(t, m, batchPrompts[0], nil)
+	fresh, err := m.NewSession(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(a, twinA, fresh)
+	got, err := DecodeBatchPrefill([]*Session{a, fresh}, [][]Token{nil, {1, 100000}}, nil, nil)
+	var e *Error
+	if !errors.As(err, &e) || e.Status != StatusInvalidArgument || e.Message == "" {
+		t.Fatalf("bad token id: %v", err)
+	}
+	if !sameTokens(got, []Token{-1, -1}) {
+		t.Fatalf("bad token id tokens: %v", got)
+	}
+	if st, err := fresh.Stats(); err != nil || st.Tokens != 0 {
+		t.Fatalf("the new session moved: %+v %v", st, err)
+	}
+	if x, y := greedy(t, a, 1)[0], greedy(t, twinA, 1)[0]; x != y {
+		t.Fatalf("a moved: %d vs %d", x, y)
+	}
+}
+
+func TestDecodeBatchPrefillFailureKeepsAdvancedTokens(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	ids, err := m.Tokenize(batchPrompts[1], true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b has room for its prompt and one more token: a 4-token chunk does not fit.
+	tight := &SessionOptions{MaxTokens: uint32(len(ids)) + 1}
+	a := prompted(t, m, batchPrompts[0], nil)
+	b := prompted(t, m, batchPrompts[1], tight)
+	c := prompted(t, m, batchPrompts[2], nil)
+	twinA := prompted(t, m, batchPrompts[0], nil)
+	twinC := prompted(t, m, batchPrompts[2], nil)
+	defer closeAll(a, b, c, twinA, twinC)
+	got, err := DecodeBatchPrefill([]*Session{a, b, c}, [][]Token{nil, {10, 11, 12, 13}, nil}, nil, nil)
+	if !errors.Is(err, ErrContextFull) {
+		t.Fatalf("full session: %v", err)
+	}
+	if wa := greedy(t, twinA, 1)[0]; !sameTokens(got, []Token{wa, -1, -1}) {
+		t.Fatalf("partial tokens %v, want [%d -1 -1]", got, wa)
+	}
+	if x, y := greedy(t, c, 1)[0], greedy(t, twinC, 1)[0]; x != y {
+		t.Fatalf("c advanced: %d vs %d", x, y)
+	}
+}
+
 // chatML is a ChatML-like template in the subset llm_chat_render runs.
 const chatML = "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n" +
 	"{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
