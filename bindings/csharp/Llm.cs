@@ -197,6 +197,11 @@ namespace LibLlm
         [DllImport(Lib)] internal static extern int llm_decode_step(IntPtr session, ref Sampling s, out int token);
         [DllImport(Lib)] internal static extern int llm_decode_batch(IntPtr[] sessions, UIntPtr n, ref Sampling s,
                                                                      [Out] int[] tokens);
+        [DllImport(Lib)] internal static extern int llm_decode_batch_each(IntPtr[] sessions, UIntPtr n, IntPtr[] samplings,
+                                                                          [Out] int[] tokens);
+        [DllImport(Lib)] internal static extern int llm_decode_batch_prefill(IntPtr[] sessions, UIntPtr n, IntPtr[] prompts,
+                                                                             UIntPtr[] nPrompts, int[] sample,
+                                                                             IntPtr[] samplings, [Out] int[] tokens);
         [DllImport(Lib)] internal static extern int llm_kv_evict(IntPtr session, uint nKeep, uint nDiscard);
         [DllImport(Lib)] internal static extern int llm_session_stats(IntPtr session, ref SessionStats stats);
         [DllImport(Lib)] internal static extern int llm_session_fork(IntPtr src, out IntPtr session);
@@ -1051,6 +1056,184 @@ namespace LibLlm
                 for (int i = 0; i < added.Length; i++)
                     if (added[i]) sessions[i].handle.DangerousRelease();
                 sp.ReleaseGrammar(grammarAdded);
+            }
+        }
+
+        /// <summary>
+        /// DecodeBatch with settings of their own for every session (llm_decode_batch_each, library
+        /// 0.3): sessions[i] samples with samplings[i] (null: greedy), so other temperatures, seeds
+        /// and grammars share one batched pass. samplings must be as long as sessions. Every setting
+        /// is checked before any session moves. Element i is the token sessions[i] would have sampled
+        /// alone with its settings. On a failure the tokens of the sessions that advanced are lost:
+        /// use DecodeBatchEachInto to keep them.
+        /// </summary>
+        public static int[] DecodeBatchEach(IReadOnlyList<Session> sessions, IReadOnlyList<Sampling?> samplings)
+        {
+            if (sessions == null) throw new ArgumentNullException("sessions");
+            var tokens = new int[sessions.Count];
+            DecodeBatchEachInto(sessions, tokens, samplings);
+            return tokens;
+        }
+
+        /// <summary>
+        /// DecodeBatchEach writing into tokens (as long as sessions). When it throws LlmException,
+        /// tokens still holds the token of every session that advanced before the failing one, and -1
+        /// for the failing session and those after it (they are unchanged).
+        /// </summary>
+        public static void DecodeBatchEachInto(IReadOnlyList<Session> sessions, int[] tokens,
+                                               IReadOnlyList<Sampling?> samplings)
+        {
+            if (samplings == null) throw new ArgumentNullException("samplings");
+            int st = RunBatch(sessions, tokens, samplings,
+                              (ptrs, samplingPtrs) => Native.llm_decode_batch_each(ptrs, (UIntPtr)ptrs.Length,
+                                                                                   samplingPtrs, tokens));
+            for (int i = 0; i < tokens.Length; i++)
+                if (tokens[i] >= 0) sessions[i].last = tokens[i];
+            Native.Check(st);
+        }
+
+        /// <summary>
+        /// DecodeBatchEach where sessions may first append prompt tokens (llm_decode_batch_prefill,
+        /// library 0.4): sessions[i] appends prompts[i] (null or empty: nothing) as Prefill would, in
+        /// the same batched pass as the other sessions' pending tokens, so a new request's prompt, or
+        /// a chunk of a long one, joins the running generations instead of stalling them. Then it
+        /// samples with samplings[i] (null list or entry: greedy), unless sample is non-null and
+        /// sample[i] is false: then it only appends (a chunk of a longer prompt) and element i is -1.
+        /// Each session ends as Prefill then DecodeStep alone would leave it. Every token id and
+        /// setting is checked before any session moves (LlmException with Status.InvalidArgument,
+        /// nothing appended). prompts, and sample and samplings when given, have one entry per
+        /// session. On a failure the tokens of the sessions that advanced are lost: use
+        /// DecodeBatchPrefillInto to keep them.
+        /// </summary>
+        public static int[] DecodeBatchPrefill(IReadOnlyList<Session> sessions, IReadOnlyList<int[]> prompts,
+                                               IReadOnlyList<bool> sample = null,
+                                               IReadOnlyList<Sampling?> samplings = null)
+        {
+            if (sessions == null) throw new ArgumentNullException("sessions");
+            var tokens = new int[sessions.Count];
+            DecodeBatchPrefillInto(sessions, tokens, prompts, sample, samplings);
+            return tokens;
+        }
+
+        /// <summary>
+        /// DecodeBatchPrefill writing into tokens (as long as sessions). When it throws LlmException,
+        /// tokens still holds the sampled token of every session that advanced before the failing one,
+        /// and -1 for the others. The failing session and those after it are unchanged, except that
+        /// when a grammar allows no token for a session, the sessions after it that joined the pass
+        /// have appended their prompt.
+        /// </summary>
+        public static void DecodeBatchPrefillInto(IReadOnlyList<Session> sessions, int[] tokens,
+                                                  IReadOnlyList<int[]> prompts, IReadOnlyList<bool> sample = null,
+                                                  IReadOnlyList<Sampling?> samplings = null)
+        {
+            if (sessions == null) throw new ArgumentNullException("sessions");
+            if (prompts == null) throw new ArgumentNullException("prompts");
+            CheckBatchLength(sessions.Count, prompts.Count, "prompts");
+            if (sample != null) CheckBatchLength(sessions.Count, sample.Count, "sample");
+            int n = sessions.Count;
+            var counts = new UIntPtr[n];
+            int total = 0;
+            for (int i = 0; i < n; i++)
+            {
+                int len = prompts[i] == null ? 0 : prompts[i].Length;
+                counts[i] = (UIntPtr)len;
+                total += len;
+            }
+            int[] flags = null;
+            if (sample != null)
+            {
+                flags = new int[n];
+                for (int i = 0; i < n; i++) flags[i] = sample[i] ? 1 : 0;
+            }
+            // The prompts go to unmanaged memory: the library reads an array of pointers to them.
+            IntPtr block = Marshal.AllocHGlobal(Math.Max(total, 1) * sizeof(int));
+            int st;
+            try
+            {
+                var promptPtrs = new IntPtr[n];
+                int at = 0;
+                for (int i = 0; i < n; i++)
+                {
+                    int len = (int)counts[i];
+                    if (len == 0) continue;
+                    promptPtrs[i] = IntPtr.Add(block, at * sizeof(int));
+                    Marshal.Copy(prompts[i], 0, promptPtrs[i], len);
+                    at += len;
+                }
+                st = RunBatch(sessions, tokens, samplings,
+                              (ptrs, samplingPtrs) => Native.llm_decode_batch_prefill(
+                                  ptrs, (UIntPtr)ptrs.Length, promptPtrs, counts, flags, samplingPtrs, tokens));
+            }
+            finally
+            {
+                Marshal.FreeHGlobal(block);
+            }
+            for (int i = 0; i < n; i++)
+            {
+                if (tokens[i] >= 0) sessions[i].last = tokens[i];
+                else if (counts[i] != UIntPtr.Zero)
+                    // Appended on success; after a failure it may or may not be: unknown.
+                    sessions[i].last = st == 0 ? prompts[i][prompts[i].Length - 1] : -1;
+            }
+            Native.Check(st);
+        }
+
+        private static void CheckBatchLength(int nSessions, int n, string what)
+        {
+            if (n != nSessions)
+                throw new ArgumentException(string.Format("{0} {1} for {2} sessions", n, what, nSessions), what);
+        }
+
+        // Runs one batch call with the sessions' handles and an array of pointers to unmanaged copies
+        // of the samplings (null when samplings is null: greedy for all). The session handles and every
+        // grammar stay referenced for the call, so a Dispose meanwhile cannot free them. Returns the
+        // call's status; tokens is -1 first, as the library may reject the call before it writes them.
+        private static int RunBatch(IReadOnlyList<Session> sessions, int[] tokens, IReadOnlyList<Sampling?> samplings,
+                                    Func<IntPtr[], IntPtr[], int> native)
+        {
+            if (sessions == null) throw new ArgumentNullException("sessions");
+            if (tokens == null) throw new ArgumentNullException("tokens");
+            CheckBatchLength(sessions.Count, tokens.Length, "tokens");
+            if (samplings != null) CheckBatchLength(sessions.Count, samplings.Count, "samplings");
+            int n = sessions.Count;
+            for (int i = 0; i < n; i++) tokens[i] = -1;
+            if (n == 0) return 0;
+            var ptrs = new IntPtr[n];
+            var added = new bool[n];
+            var grammarAdded = new bool[n];
+            int size = Marshal.SizeOf(typeof(Native.Sampling));
+            IntPtr block = samplings != null ? Marshal.AllocHGlobal(size * n) : IntPtr.Zero;
+            try
+            {
+                IntPtr[] samplingPtrs = null;
+                if (samplings != null)
+                {
+                    samplingPtrs = new IntPtr[n];
+                    for (int i = 0; i < n; i++)
+                    {
+                        if (!samplings[i].HasValue) continue; // NULL: greedy
+                        var sp = samplings[i].Value;
+                        var s = sp.ToNative();
+                        sp.AddGrammar(ref s, ref grammarAdded[i]);
+                        samplingPtrs[i] = IntPtr.Add(block, i * size);
+                        Marshal.StructureToPtr(s, samplingPtrs[i], false);
+                    }
+                }
+                for (int i = 0; i < n; i++)
+                {
+                    if (sessions[i] == null) throw new ArgumentNullException("sessions", "element " + i + " is null");
+                    sessions[i].handle.DangerousAddRef(ref added[i]); // ObjectDisposedException after Dispose
+                    ptrs[i] = sessions[i].handle.DangerousGetHandle();
+                }
+                return native(ptrs, samplingPtrs);
+            }
+            finally
+            {
+                for (int i = 0; i < n; i++)
+                    if (added[i]) sessions[i].handle.DangerousRelease();
+                for (int i = 0; i < n; i++)
+                    if (grammarAdded[i]) samplings[i].Value.ReleaseGrammar(true);
+                if (block != IntPtr.Zero) Marshal.FreeHGlobal(block);
             }
         }
 

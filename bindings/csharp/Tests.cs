@@ -347,6 +347,138 @@ public static class Tests
         }
     }
 
+    static Sampling Hot(ulong seed)
+    {
+        var sp = Sampling.Default;
+        sp.Temperature = 0.9f;
+        sp.Seed = seed;
+        return sp;
+    }
+
+    // DecodeStep on each session with its own settings.
+    static int[] StepAlone(IList<Session> sessions, IList<Sampling?> samplings)
+    {
+        return sessions.Select((s, i) => s.DecodeStep(samplings[i])).ToArray();
+    }
+
+    public static void TestDecodeBatchEachUsesEachSessionsSampling()
+    {
+        using (var model = LoadStories())
+        {
+            var each = new Sampling?[] { null, Hot(5) };
+            var batch = BatchPrompts.Take(2).Select(p => Prompted(model, p)).ToList();
+            var alone = BatchPrompts.Take(2).Select(p => Prompted(model, p)).ToList();
+            try
+            {
+                for (int step = 0; step < 12; step++)
+                {
+                    int[] got = Session.DecodeBatchEach(batch, each);
+                    SameIds(StepAlone(alone, each), got, "step " + step);
+                }
+                bool thrown = false;
+                try { Session.DecodeBatchEach(batch, each.Take(1).ToArray()); } catch (ArgumentException) { thrown = true; }
+                Check(thrown, "one sampling for two sessions throws ArgumentException");
+            }
+            finally
+            {
+                DisposeAll(batch.Concat(alone));
+            }
+        }
+    }
+
+    public static void TestDecodeBatchPrefillJoinsRunningSessions()
+    {
+        using (var model = LoadStories())
+        {
+            var each = new Sampling?[] { null, Hot(5), null, Hot(11) };
+            var running = BatchPrompts.Select(p => Prompted(model, p)).ToList();
+            var twins = BatchPrompts.Select(p => Prompted(model, p)).ToList();
+            try
+            {
+                SameIds(StepAlone(twins, each), StepAlone(running, each), "first steps");
+                int[] newPrompt = model.Tokenize("The little dog");
+                running.Add(model.CreateSession());
+                twins.Add(Prompted(model, "The little dog"));
+                var prompts = new int[][] { null, new int[0], null, newPrompt };
+                for (int step = 0; step < 8; step++)
+                {
+                    int[] got = Session.DecodeBatchPrefill(running, prompts, null, each);
+                    SameIds(StepAlone(twins, each), got, "step " + step);
+                    prompts = new int[4][]; // later calls only step
+                }
+                Equal((uint)newPrompt.Length, running[3].Stats().Prompt, "prompt tokens of the new session");
+                bool thrown = false;
+                try { Session.DecodeBatchPrefill(running, new int[2][]); } catch (ArgumentException) { thrown = true; }
+                Check(thrown, "two prompts for four sessions throws ArgumentException");
+                Equal(0, Session.DecodeBatchPrefill(new Session[0], new int[0][]).Length, "empty batch");
+            }
+            finally
+            {
+                DisposeAll(running.Concat(twins));
+            }
+        }
+    }
+
+    public static void TestDecodeBatchPrefillInChunks()
+    {
+        using (var model = LoadStories())
+        using (var a = Prompted(model, BatchPrompts[0]))
+        using (var twinA = Prompted(model, BatchPrompts[0]))
+        using (var fresh = model.CreateSession())
+        using (var twin = Prompted(model, "Tom and Sam went to the park"))
+        {
+            int[] prompt = model.Tokenize("Tom and Sam went to the park");
+            var each = new Sampling?[] { null, Hot(5) };
+            int[] got = Session.DecodeBatchPrefill(new[] { a, fresh }, new[] { null, prompt.Take(3).ToArray() },
+                                                   new[] { true, false }, each);
+            SameIds(new[] { twinA.DecodeStep(), -1 }, got, "first chunk");
+            Equal(3u, fresh.Stats().Tokens, "tokens after the first chunk");
+            got = Session.DecodeBatchPrefill(new[] { a, fresh }, new[] { null, prompt.Skip(3).ToArray() },
+                                             new[] { true, true }, each);
+            SameIds(StepAlone(new[] { twinA, twin }, each), got, "second chunk");
+        }
+    }
+
+    public static void TestDecodeBatchPrefillRejectsBadTokenBeforeAnythingMoves()
+    {
+        using (var model = LoadStories())
+        using (var a = Prompted(model, BatchPrompts[0]))
+        using (var twinA = Prompted(model, BatchPrompts[0]))
+        using (var fresh = model.CreateSession())
+        {
+            var tokens = new[] { 7, 7 };
+            Equal(Status.InvalidArgument,
+                  Throws(() => Session.DecodeBatchPrefillInto(new[] { a, fresh }, tokens, new[] { null, new[] { 1, 100000 } })),
+                  "out-of-range token id");
+            SameIds(new[] { -1, -1 }, tokens, "tokens after a rejected batch");
+            Equal(0u, fresh.Stats().Tokens, "nothing appended");
+            Equal(twinA.DecodeStep(), a.DecodeStep(), "a did not advance");
+        }
+    }
+
+    public static void TestDecodeBatchPrefillFailureKeepsAdvancedTokens()
+    {
+        using (var model = LoadStories())
+        {
+            // b has room for its prompt and one more token: a 4-token chunk does not fit.
+            var tight = new SessionOptions { MaxTokens = (uint)model.Tokenize(BatchPrompts[1]).Length + 1 };
+            using (var a = Prompted(model, BatchPrompts[0]))
+            using (var b = Prompted(model, BatchPrompts[1], tight))
+            using (var c = Prompted(model, BatchPrompts[2]))
+            using (var twinA = Prompted(model, BatchPrompts[0]))
+            using (var twinC = Prompted(model, BatchPrompts[2]))
+            {
+                var tokens = new int[3];
+                Equal(Status.ContextFull,
+                      Throws(() => Session.DecodeBatchPrefillInto(new[] { a, b, c }, tokens,
+                                                                  new[] { null, new[] { 10, 11, 12, 13 }, null })),
+                      "a chunk that does not fit");
+                SameIds(new[] { twinA.DecodeStep(), -1, -1 }, tokens, "tokens of the sessions that advanced");
+                Equal(twinC.DecodeStep(), c.DecodeStep(), "c is unchanged");
+            }
+        }
+    }
+
     // A ChatML-like template in the subset llm_chat_render runs.
     const string ChatMl = "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n" +
         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
