@@ -598,6 +598,29 @@ func TestDecodeBatchEachUsesEachSessionsSampling(t *testing.T) {
 	}
 }
 
+func TestDecodeBatchEachSharesOneGrammar(t *testing.T) {
+	m := loadStories(t)
+	defer m.Close()
+	g, err := m.NewGrammar(`root ::= ("yes" | "no") "."`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	// One grammar in two settings: it is locked once for the call.
+	plain, hot := DefaultSampling(), hotSampling(5)
+	plain.Grammar, hot.Grammar = g, g
+	sps := []*Sampling{&plain, hot}
+	batch := []*Session{prompted(t, m, batchPrompts[0], nil), prompted(t, m, batchPrompts[1], nil)}
+	alone := []*Session{prompted(t, m, batchPrompts[0], nil), prompted(t, m, batchPrompts[1], nil)}
+	defer closeAll(append(batch, alone...)...)
+	for step := 0; step < 4; step++ {
+		got, err := DecodeBatchEach(batch, sps)
+		if want := stepAlone(t, alone, sps); err != nil || !sameTokens(got, want) {
+			t.Fatalf("step %d: %v %v, want %v", step, got, err, want)
+		}
+	}
+}
+
 func TestDecodeBatchPrefillJoinsRunningSessions(t *testing.T) {
 	m := loadStories(t)
 	defer m.Close()
