@@ -439,6 +439,28 @@ public static class Tests
         }
     }
 
+    public static void TestDecodeBatchPrefillWithAGrammar()
+    {
+        using (var model = LoadStories())
+        using (var g = new Grammar(model, "root ::= (\"yes\" | \"no\") \".\""))
+        using (var a = Prompted(model, BatchPrompts[0]))
+        using (var fresh = model.CreateSession())
+        using (var twinA = Prompted(model, BatchPrompts[0]))
+        using (var twin = Prompted(model, BatchPrompts[1]))
+        {
+            var hot = Hot(5);
+            hot.Grammar = g;
+            var each = new Sampling?[] { null, hot };
+            var prompts = new[] { null, model.Tokenize(BatchPrompts[1]) };
+            for (int step = 0; step < 4; step++)
+            {
+                int[] got = Session.DecodeBatchPrefill(new[] { a, fresh }, prompts, null, each);
+                SameIds(StepAlone(new[] { twinA, twin }, each), got, "step " + step);
+                prompts = new int[2][];
+            }
+        }
+    }
+
     public static void TestDecodeBatchPrefillRejectsBadTokenBeforeAnythingMoves()
     {
         using (var model = LoadStories())

@@ -284,6 +284,19 @@ class DecodeBatch(unittest.TestCase):
         # The stream continues after the sampled token.
         self.assertEqual([p.token for p in new.stream(4, hot)], [twin.decode_step(hot) for _ in range(4)])
 
+    def test_prefill_with_a_grammar(self):
+        with libllm.Grammar(self.model, 'root ::= ("yes" | "no") "."') as g:
+            each = [None, libllm.Sampling(grammar=g, temperature=0.9, seed=5)]
+            a = self.prompted(BATCH_PROMPTS[0])
+            twins = [self.prompted(BATCH_PROMPTS[0]), self.prompted(BATCH_PROMPTS[1])]
+            new = self.model.session()
+            self.addCleanup(new.close)
+            prompts = [None, self.model.tokenize(BATCH_PROMPTS[1])]
+            for step in range(4):
+                got = libllm.decode_batch_prefill([a, new], prompts, sampling=each)
+                self.assertEqual(got, [s.decode_step(sp) for s, sp in zip(twins, each)], "step %d" % step)
+                prompts = [None, None]
+
     def test_prefill_rejects_a_bad_token_before_anything_moves(self):
         a = self.prompted(BATCH_PROMPTS[0])
         twin_a = self.prompted(BATCH_PROMPTS[0])

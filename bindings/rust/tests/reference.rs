@@ -1,7 +1,9 @@
 //! End-to-end tests of the safe wrapper against the real library and the
 //! stories260K reference vectors (case 0 of reference/stories260K_greedy.json,
 //! produced by llama2.c run.c; copied here as test data).
-use libllm::{sys, Device, LoadParams, Model, PrefillStep, Sampling, Session, SessionParams, Status, TokenizeFlags};
+use libllm::{
+    sys, Device, Grammar, LoadParams, Model, PrefillStep, Sampling, Session, SessionParams, Status, TokenizeFlags,
+};
 use std::path::PathBuf;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -522,4 +524,45 @@ fn decode_batch_prefill_failure_keeps_the_tokens_of_advanced_sessions() {
     let greedy = Sampling::greedy();
     assert_eq!(tokens, [twin_a.decode_step(&greedy).unwrap(), -1, -1]);
     assert_eq!(c.decode_step(&greedy).unwrap(), twin_c.decode_step(&greedy).unwrap());
+}
+
+#[test]
+fn decode_batch_prefill_with_a_grammar() {
+    let model = stories();
+    let params = SessionParams::new();
+    let g = Grammar::new(&model, r#"root ::= ("yes" | "no") ".""#).unwrap();
+    let each = [
+        Sampling::greedy(),
+        Sampling {
+            grammar: Some(&g),
+            ..hot(5)
+        },
+    ];
+    let mut a = prompted(&model, BATCH_PROMPTS[0], &params);
+    let mut new = model.session().unwrap();
+    let mut twins = [
+        prompted(&model, BATCH_PROMPTS[0], &params),
+        prompted(&model, BATCH_PROMPTS[1], &params),
+    ];
+    let prompt = model.tokenize(BATCH_PROMPTS[1], true).unwrap();
+    for step in 0..4 {
+        let steps = [
+            PrefillStep {
+                sampling: each[0],
+                ..PrefillStep::default()
+            },
+            PrefillStep {
+                prompt: if step == 0 { &prompt } else { &[] },
+                sample: true,
+                sampling: each[1],
+            },
+        ];
+        let got = Session::decode_batch_prefill(&mut [&mut a, &mut new], &steps).unwrap();
+        let want: Vec<i32> = twins
+            .iter_mut()
+            .zip(&each)
+            .map(|(s, sp)| s.decode_step(sp).unwrap())
+            .collect();
+        assert_eq!(got, want, "step {}", step);
+    }
 }
