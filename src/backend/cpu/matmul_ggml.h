@@ -87,9 +87,9 @@ struct alignas(64) KUnpacked {
 };
 static_assert(sizeof(KUnpacked) == 576, "KUnpacked layout");
 
-inline bool k_min_uses_d(DType t) { return t == DType::Q3_K || t == DType::Q6_K || t == DType::IQ4_XS; }
+constexpr bool k_min_uses_d(DType t) { return t == DType::Q3_K || t == DType::Q6_K || t == DType::IQ4_XS; }
 // Codes are int8 (IQ4_XS) rather than unsigned bytes.
-inline bool k_signed(DType t) { return t == DType::IQ4_XS; }
+constexpr bool k_signed(DType t) { return t == DType::IQ4_XS; }
 
 // The plain decoders of one stored block into that form: the oracle of the
 // SIMD unpackers (which must give the same bytes).

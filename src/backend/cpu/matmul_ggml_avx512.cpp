@@ -38,6 +38,7 @@
 
 #include "backend/cpu/gemm_kernels.h"
 #include "backend/cpu/matmul_ggml.h"
+#include "core/half.h"
 
 namespace llm::cpu::kern {
 
@@ -150,8 +151,245 @@ void k_rows(const KUnpacked* wb, int64_t nsb, const GgmlX& x, int64_t n, float* 
   }
 }
 
+// --- K-quant decode from the stored blocks ---------------------------------
+//
+// Decode (n == 1) reads each super-block once, so unpacking it into a
+// KUnpacked buffer and reading that back costs more than the dot itself.
+// KRegs<T> decodes one stored super-block into registers instead: the same
+// codes, int16 scale lanes, minimums and d / dm as unpack_k_ref (KUnpacked),
+// so k_gemv below runs k_tile's operations in k_tile's order and gives its
+// bits (GgufMatmul.BatchAndThreadInvariantAndManyEqualsOneByOne).
+
+inline float half_of(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);  // the unpackers' conversion, NaN payloads included
+}
+
+// The scale lanes of 64-value chunk p from 16 int16 scales (one per 16
+// values) in the low lanes of sc: lane t of the chunk takes scale 4p + t / 8.
+inline __m512i sv_chunk16(__m512i sc, int p) {
+  const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16(short(4 * p)),
+                                       _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21,
+                                                                          20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10,
+                                                                          9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                         3));
+  return _mm512_permutexvar_epi16(idx, sc);
+}
+
+// The same from 8 int16 scales (one per 32 values): lane t takes 2p + t / 16.
+inline __m512i sv_chunk8(__m512i sc, int p) {
+  const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16(short(2 * p)),
+                                       _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21,
+                                                                          20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10,
+                                                                          9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                         4));
+  return _mm512_permutexvar_epi16(idx, sc);
+}
+
+// Q4_K / Q5_K: the 8 six-bit scales (bytes 0..7) and minimums (8..15) of the
+// 12-byte array.
+inline __m128i scales_mins_k4(const uint8_t* s) {
+  uint32_t u[4];
+  std::memcpy(u, s, 12);
+  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4);
+  const uint32_t m03 = u[1] & low6;
+  u[1] = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);
+  u[2] = m03;
+  u[0] &= low6;
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+}
+
+template <DType T>
+struct KRegs;
+
+template <>
+struct KRegs<DType::Q4_K> {
+  static constexpr size_t kBytes = 144;
+  __m512i sc;   // 8 scales as int16
+  __m256i mn;   // 16 minimums as int16
+  float d, dm;
+  const uint8_t* qs;
+  explicit KRegs(const uint8_t* b) : qs(b + 16) {
+    const __m128i sm = scales_mins_k4(b + 4);
+    sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+    const __m128i mm = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    mn = _mm256_set_m128i(_mm_unpackhi_epi16(mm, mm), _mm_unpacklo_epi16(mm, mm));
+    d = half_of(b);
+    dm = half_of(b + 2);
+  }
+  // Codes of values 64p .. 64p + 63: the low nibbles of 32 bytes, then their high nibbles.
+  __m512i codes(int p) const {
+    const __m256i v = load256(qs + 32 * p), m4 = _mm256_set1_epi8(0x0f);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
+                              _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
+  }
+  __m512i scales(int p) const { return sv_chunk8(sc, p); }
+};
+
+template <>
+struct KRegs<DType::Q5_K> {
+  static constexpr size_t kBytes = 176;
+  __m512i sc;
+  __m256i mn;
+  float d, dm;
+  const uint8_t* qs;
+  __m256i hb;
+  explicit KRegs(const uint8_t* b) : qs(b + 48), hb(load256(b + 16)) {
+    const __m128i sm = scales_mins_k4(b + 4);
+    sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+    const __m128i mm = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    mn = _mm256_set_m128i(_mm_unpackhi_epi16(mm, mm), _mm_unpacklo_epi16(mm, mm));
+    d = half_of(b);
+    dm = half_of(b + 2);
+  }
+  // Q4_K's nibbles plus 16 where qh has bit 2p (low half) or 2p + 1 (high half).
+  __m512i codes(int p) const {
+    const __m256i v = load256(qs + 32 * p), m4 = _mm256_set1_epi8(0x0f), sixteen = _mm256_set1_epi8(16);
+    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(hb, _mm256_set1_epi8(char(1 << (2 * p)))), lo, sixteen);
+    hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(hb, _mm256_set1_epi8(char(2 << (2 * p)))), hi, sixteen);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  }
+  __m512i scales(int p) const { return sv_chunk8(sc, p); }
+};
+
+template <>
+struct KRegs<DType::Q6_K> {
+  static constexpr size_t kBytes = 210;
+  __m512i sc;  // 16 scales as int16
+  __m256i mn;  // 32 * scale
+  float d, dm;
+  const uint8_t* b;
+  explicit KRegs(const uint8_t* blk) : b(blk) {
+    const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+    sc = _mm512_castsi256_si512(s16);
+    mn = _mm256_slli_epi16(s16, 5);
+    d = dm = half_of(blk + 208);
+  }
+  // Half h = p / 2 of the block: ql bytes L = [l0 | l1] (64), qh bytes h (32).
+  // Chunk 2h: [(l0 & 15) | (h << 4 & 48), (l1 & 15) | (h << 2 & 48)];
+  // chunk 2h + 1: [(l0 >> 4) | (h & 48), (l1 >> 4) | (h >> 2 & 48)].
+  __m512i codes(int p) const {
+    const int h = p / 2;
+    const __m512i L = load512(b + 64 * h);
+    const __m512i H = _mm512_broadcast_i64x4(load256(b + 128 + 32 * h));
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m48 = _mm512_set1_epi8(0x30);
+    if (p % 2 == 0) {
+      const __m512i hs = _mm512_sllv_epi64(H, _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4));
+      return _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(hs, m48));
+    }
+    const __m512i hs = _mm512_srlv_epi64(H, _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0));
+    return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), _mm512_and_si512(hs, m48));
+  }
+  __m512i scales(int p) const { return sv_chunk16(sc, p); }
+};
+
+template <>
+struct KRegs<DType::IQ4_XS> {
+  static constexpr size_t kBytes = 136;
+  __m512i sc;  // 8 scales (6 bits, bias 32) as int16
+  __m256i mn;
+  float d, dm;
+  const uint8_t* qs;
+  explicit KRegs(const uint8_t* b) : mn(_mm256_setzero_si256()), qs(b + 8) {
+    uint16_t sh;
+    std::memcpy(&sh, b + 2, 2);
+    alignas(16) int16_t s[8];
+    for (int ib = 0; ib < 8; ++ib)
+      s[ib] = int16_t((((b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4)) - 32);
+    sc = _mm512_castsi128_si512(_mm_load_si128(reinterpret_cast<const __m128i*>(s)));
+    d = dm = half_of(b);
+  }
+  // Sub-blocks 2p and 2p + 1 (16 bytes each): low nibbles then high nibbles
+  // of each, through the table.
+  __m512i codes(int p) const {
+    const __m256i v = load256(qs + 32 * p), m4 = _mm256_set1_epi8(0x0f);
+    const __m512i n = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
+                                         _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
+    const __m512i ordered = _mm512_shuffle_i64x2(n, n, _MM_SHUFFLE(3, 1, 2, 0));
+    const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
+                                                               38, 53, 69, 89, 113));
+    return _mm512_shuffle_epi8(table, ordered);
+  }
+  __m512i scales(int p) const { return sv_chunk8(sc, p); }
+};
+
+// R rows straight from the stored blocks against one x row: k_tile's
+// operations for C = 1, in its order. pf: the same bytes of a later tile.
+template <DType T, int R>
+void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
+            float* y, const uint8_t* pf) {
+  constexpr bool MinD = k_min_uses_d(T), Signed = k_signed(T);
+  constexpr size_t BB = KRegs<T>::kBytes;
+  __m512 acc[R];
+  LLM_UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m512i xv[4];
+    LLM_UNROLL for (int p = 0; p < 4; ++p) xv[p] = load512(xq + sb * 256 + 64 * p);
+    const __m256i bs = load256(xbs + sb * 16);
+    const float dx = xd[sb];
+    LLM_UNROLL for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w + r * rb + size_t(sb) * BB;
+      if (pf)
+        for (size_t o = 0; o < BB; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + r * rb + size_t(sb) * BB + o), _MM_HINT_T0);
+      const KRegs<T> u(blk);
+      __m512i S = _mm512_setzero_si512();
+      LLM_UNROLL for (int p = 0; p < 4; ++p) {
+        const __m512i wq = u.codes(p), s = u.scales(p);
+        if constexpr (Signed) {
+          const __m512i aw = _mm512_abs_epi8(wq);
+          const __m512i xs = _mm512_mask_sub_epi8(xv[p], _mm512_movepi8_mask(wq), _mm512_setzero_si512(), xv[p]);
+          S = _mm512_dpwssd_epi32(S, _mm512_maddubs_epi16(aw, xs), s);
+        } else {
+          S = _mm512_dpwssd_epi32(S, _mm512_maddubs_epi16(wq, xv[p]), s);
+        }
+      }
+      if constexpr (MinD) {
+        const __m512i t = _mm512_dpwssd_epi32(S, _mm512_zextsi256_si512(bs),
+                                              _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), u.mn)));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(u.d * dx), acc[r]);
+      } else {
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_set1_ps(u.d * dx), acc[r]);
+        const __m512i M = _mm512_zextsi256_si512(_mm256_madd_epi16(bs, u.mn));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_set1_ps(-(u.dm * dx)), acc[r]);
+      }
+    }
+  }
+  LLM_UNROLL for (int r = 0; r < R; ++r) y[r] = hsum16(acc[r]);
+}
+
+template <DType T>
+void k_decode(const WeightView& w, const GgmlX& x, float* y, int64_t r0, int64_t r1) {
+  const int64_t nsb = w.cols / 256;
+  const size_t ahead = decode_ahead(w);
+  for (int64_t r = r0; r < r1; r += kRowTile) {
+    const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
+    const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
+    switch (nr) {
+      case 4: k_gemv<T, 4>(wr, w.row_bytes, nsb, x.q, x.d, x.bsums, y + r, wr + ahead); break;
+      case 3: k_gemv<T, 3>(wr, w.row_bytes, nsb, x.q, x.d, x.bsums, y + r, wr + ahead); break;
+      case 2: k_gemv<T, 2>(wr, w.row_bytes, nsb, x.q, x.d, x.bsums, y + r, wr + ahead); break;
+      default: k_gemv<T, 1>(wr, w.row_bytes, nsb, x.q, x.d, x.bsums, y + r, wr + ahead); break;
+    }
+  }
+}
+
+// True when k_decode<T> ran the rows.
+bool k_decode_any(const WeightView& w, const GgmlX& x, float* y, int64_t r0, int64_t r1) {
+  switch (w.dtype) {
+    case DType::Q4_K: k_decode<DType::Q4_K>(w, x, y, r0, r1); return true;
+    case DType::Q5_K: k_decode<DType::Q5_K>(w, x, y, r0, r1); return true;
+    case DType::Q6_K: k_decode<DType::Q6_K>(w, x, y, r0, r1); return true;
+    case DType::IQ4_XS: k_decode<DType::IQ4_XS>(w, x, y, r0, r1); return true;
+    default: return false;
+  }
+}
+
 template <bool MinD, bool Signed = false>
 void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  if (n == 1 && k_decode_any(w, x, y, r0, r1)) return;
   const int64_t nsb = w.cols / 256;
   thread_local std::vector<KUnpacked> buf;
   if (buf.size() < size_t(kRowTile * nsb)) buf.resize(size_t(kRowTile * nsb));
