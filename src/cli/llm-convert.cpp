@@ -34,12 +34,14 @@
 #include "format/llama2c.h"
 #include "format/llm_file.h"
 #include "format/safetensors.h"
-#include "quant/awq.h"
-#include "quant/distill.h"
 #include "quant/dtype.h"
-#include "quant/kquant_mix.h"
 #include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/awq.h"
+#include "tools/distill.h"
+#include "tools/ggml_quantize.h"
+#include "tools/kquant_mix.h"
+#include "tools/llm_file_writer.h"
 
 namespace {
 
@@ -775,7 +777,7 @@ llm::LlmWriteReport synthesize(const Args& a, llm::ThreadPool& pool, const llm::
           uint64_t rs = tensor_seed + uint64_t(r) * 0x9E3779B97F4A7C15ull;
           normal_row(splitmix(rs), 0.02f, row.data(), cols);
         }
-        llm::quantize_row(s.dtype, s.group, row.data(), dst + size_t(r - r0) * dst_row, cols);
+        llm::quantize_any_row(s.dtype, s.group, row.data(), dst + size_t(r - r0) * dst_row, cols);
       });
     });
   }

@@ -9,15 +9,9 @@
 #include <vector>
 
 #include "format/model_source.h"
+#include "quant/ggml_types.h"
 
 namespace llm {
-
-// ggml tensor types (values as in the GGUF spec).
-enum class GgmlType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
-  IQ4_NL = 20, IQ4_XS = 23, BF16 = 30,
-};
 
 struct GgufValue {
   enum Kind { U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 } kind = U32;

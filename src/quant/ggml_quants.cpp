@@ -268,25 +268,26 @@ void deq_q8_k(const uint8_t* b, float* y) {
 struct Decoder {
   int block;
   size_t bytes;
+  const char* name;  // as ggml_type_name (format/gguf.h) spells it
   void (*fn)(const uint8_t*, float*);
 };
 
 bool decoder_for(GgmlType t, Decoder* dec) {
   switch (t) {
-    case GgmlType::Q4_0: *dec = {kQK, 18, deq_q4_0}; return true;
-    case GgmlType::Q4_1: *dec = {kQK, 20, deq_q4_1}; return true;
-    case GgmlType::Q5_0: *dec = {kQK, 22, deq_q5_0}; return true;
-    case GgmlType::Q5_1: *dec = {kQK, 24, deq_q5_1}; return true;
-    case GgmlType::Q8_0: *dec = {kQK, 34, deq_q8_0}; return true;
-    case GgmlType::Q8_1: *dec = {kQK, 36, deq_q8_1}; return true;
-    case GgmlType::IQ4_NL: *dec = {kQK, 18, deq_iq4_nl}; return true;
-    case GgmlType::Q2_K: *dec = {kQKK, 84, deq_q2_k}; return true;
-    case GgmlType::Q3_K: *dec = {kQKK, 110, deq_q3_k}; return true;
-    case GgmlType::Q4_K: *dec = {kQKK, 144, deq_q4_k}; return true;
-    case GgmlType::Q5_K: *dec = {kQKK, 176, deq_q5_k}; return true;
-    case GgmlType::Q6_K: *dec = {kQKK, 210, deq_q6_k}; return true;
-    case GgmlType::Q8_K: *dec = {kQKK, 292, deq_q8_k}; return true;
-    case GgmlType::IQ4_XS: *dec = {kQKK, 136, deq_iq4_xs}; return true;
+    case GgmlType::Q4_0: *dec = {kQK, 18, "q4_0", deq_q4_0}; return true;
+    case GgmlType::Q4_1: *dec = {kQK, 20, "q4_1", deq_q4_1}; return true;
+    case GgmlType::Q5_0: *dec = {kQK, 22, "q5_0", deq_q5_0}; return true;
+    case GgmlType::Q5_1: *dec = {kQK, 24, "q5_1", deq_q5_1}; return true;
+    case GgmlType::Q8_0: *dec = {kQK, 34, "q8_0", deq_q8_0}; return true;
+    case GgmlType::Q8_1: *dec = {kQK, 36, "q8_1", deq_q8_1}; return true;
+    case GgmlType::IQ4_NL: *dec = {kQK, 18, "iq4_nl", deq_iq4_nl}; return true;
+    case GgmlType::Q2_K: *dec = {kQKK, 84, "q2_K", deq_q2_k}; return true;
+    case GgmlType::Q3_K: *dec = {kQKK, 110, "q3_K", deq_q3_k}; return true;
+    case GgmlType::Q4_K: *dec = {kQKK, 144, "q4_K", deq_q4_k}; return true;
+    case GgmlType::Q5_K: *dec = {kQKK, 176, "q5_K", deq_q5_k}; return true;
+    case GgmlType::Q6_K: *dec = {kQKK, 210, "q6_K", deq_q6_k}; return true;
+    case GgmlType::Q8_K: *dec = {kQKK, 292, "q8_K", deq_q8_k}; return true;
+    case GgmlType::IQ4_XS: *dec = {kQKK, 136, "iq4_xs", deq_iq4_xs}; return true;
     default: return false;
   }
 }
@@ -336,7 +337,7 @@ void dequantize_ggml(GgmlType t, const uint8_t* src, float* dst, int64_t n) {
   Decoder dec;
   LLM_CHECK(decoder_for(t, &dec), LLM_ERR_UNSUPPORTED, "dequantize_ggml: type %u is not supported", unsigned(t));
   LLM_CHECK(n % dec.block == 0, LLM_ERR_INVALID_ARGUMENT, "dequantize_ggml: %lld values is not a multiple of the %s block %d",
-            (long long)n, ggml_type_name(t), dec.block);
+            (long long)n, dec.name, dec.block);
   for (int64_t b = 0; b < n / dec.block; ++b) dec.fn(src + size_t(b) * dec.bytes, dst + b * dec.block);
 }
 

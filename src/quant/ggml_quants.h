@@ -6,12 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "format/gguf.h"
 #include "quant/dtype.h"
+#include "quant/ggml_types.h"
 
 namespace llm {
 
-// Decodes n values of `t` from src (ggml_type_size(t, n) bytes) into dst.
+// Decodes n values of `t` from src (n / ggml_block_size(t) whole blocks) into dst.
 // n must be a multiple of the type's block size. Supported: F32, F16, BF16,
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K,
 // IQ4_NL, IQ4_XS. Throws Error(LLM_ERR_UNSUPPORTED) for another type and

@@ -10,7 +10,6 @@
 
 #include "core/error.h"
 #include "core/half.h"
-#include "quant/ggml_quantize.h"
 #include "quant/ggml_quants.h"
 
 namespace llm {
@@ -185,13 +184,10 @@ void quantize_row_weighted(DType t, uint32_t group, const float* src, const floa
       return;
     }
     default:
-      if (dtype_is_ggml_block(t)) {
-        LLM_CHECK(ggml_quantizer_exists(t), LLM_ERR_UNSUPPORTED,
-                  "quantize_row: %s blocks are read from GGUF files; there is no %s quantizer", dtype_name(t),
-                  dtype_name(t));
-        quantize_ggml_row(t, src, importance, dst, cols);  // ggml_quantize.cpp
-        return;
-      }
+      // The GGUF block quantizers are offline code (tools/ggml_quantize.h):
+      // nothing that loads or runs a model writes those blocks.
+      LLM_CHECK(!dtype_is_ggml_block(t), LLM_ERR_UNSUPPORTED,
+                "quantize_row: %s blocks have no quantizer in the library (llm-convert writes them)", dtype_name(t));
       break;
   }
   fail(LLM_ERR_INVALID_ARGUMENT, "quantize_row: unknown dtype %u", unsigned(t));

@@ -10,7 +10,10 @@
 namespace llm {
 
 // Converts one row of `cols` floats into `t` (group as in dtype.h).
-// dst must hold dtype_row_bytes(t, cols, group) bytes.
+// dst must hold dtype_row_bytes(t, cols, group) bytes. The native formats
+// only (F32, F16, BF16, Q8, Q4, Q4M); a GGUF block type is
+// Error(LLM_ERR_UNSUPPORTED): its quantizers are offline code that only
+// llm-convert links (quantize_any_row in tools/ggml_quantize.h).
 void quantize_row(DType t, uint32_t group, const float* src, uint8_t* dst, int64_t cols);
 
 // Q4M: the (scale, minimum) of one group of g values, both already rounded
@@ -25,9 +28,7 @@ void q4m_fit_group(const float* x, const float* wt, int g, float* d, float* m);
 int q4m_nibble(float x, float d, float m);
 
 // Like quantize_row, with per-column importance weights (length cols) for
-// the formats that choose parameters by a fit (Q4M, Q4_K, Q5_K, Q6_K); the
-// others ignore them. GGUF block types: Q5_0, Q5_1 and the K types above
-// (ggml_quantize.h); the others are LLM_ERR_UNSUPPORTED.
+// the formats that choose parameters by a fit (Q4M); the others ignore them.
 void quantize_row_weighted(DType t, uint32_t group, const float* src, const float* importance,
                            uint8_t* dst, int64_t cols);
 

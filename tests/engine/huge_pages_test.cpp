@@ -14,11 +14,11 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "format/llama2c.h"
-#include "format/llm_file.h"
 #include "llm.h"
 #include "model/model.h"
 #include "reference.h"
 #include "tmp.h"
+#include "tools/llm_file_writer.h"
 
 using llm::testing::model_path;
 

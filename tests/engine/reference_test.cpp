@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "format/llama2c.h"
-#include "format/llm_file.h"
 #include "llm.h"
 #include "reference.h"
 #include "tmp.h"
+#include "tools/llm_file_writer.h"
 
 using llm::testing::GreedyCase;
 using llm::testing::model_path;

@@ -18,10 +18,11 @@
 #include "format/llama2c.h"
 #include "format/llm_file.h"
 #include "model/model.h"
-#include "quant/kquant_mix.h"
 #include "quant/quant.h"
 #include "reference.h"
 #include "tmp.h"
+#include "tools/kquant_mix.h"
+#include "tools/llm_file_writer.h"
 
 namespace {
 

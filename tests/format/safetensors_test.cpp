@@ -22,13 +22,13 @@
 #include "format/gguf.h"
 #include "format/json.h"
 #include "format/llama2c.h"
-#include "format/llm_file.h"
 #include "format/safetensors.h"
 #include "llm.h"
 #include "reference.h"
 #include "tokenizer/tokenizer.h"
 #include "tmp.h"
 #include "status_of.h"
+#include "tools/llm_file_writer.h"
 
 namespace fs = std::filesystem;
 using llm::testing::model_path;

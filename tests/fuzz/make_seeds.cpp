@@ -18,9 +18,9 @@
 #include "core/half.h"
 #include "format/gguf.h"
 #include "format/llama2c.h"
-#include "format/llm_file.h"
 #include "llm.h"
 #include "quant/quant.h"
+#include "tools/llm_file_writer.h"
 
 namespace {
 

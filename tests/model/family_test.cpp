@@ -22,8 +22,8 @@
 
 #include "engine/session.h"
 #include "format/gguf.h"
-#include "format/llm_file.h"
 #include "model/model.h"
+#include "tools/llm_file_writer.h"
 
 namespace {
 

@@ -16,13 +16,14 @@
 #include "format/llama2c.h"
 #include "format/llm_file.h"
 #include "model/model.h"
-#include "quant/awq.h"
 #include "quant/quant.h"
 #include "reference.h"
 #include "tokenizer/tokenizer.h"
 #include "tmp.h"
 #include "random_model.h"
 #include "status_of.h"
+#include "tools/awq.h"
+#include "tools/llm_file_writer.h"
 
 namespace {
 

@@ -15,13 +15,13 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "format/llama2c.h"
-#include "format/llm_file.h"
-#include "quant/awq.h"
-#include "quant/distill.h"
 #include "quant/quant.h"
 #include "reference.h"
 #include "random_model.h"
 #include "status_of.h"
+#include "tools/awq.h"
+#include "tools/distill.h"
+#include "tools/llm_file_writer.h"
 
 namespace {
 

@@ -18,10 +18,10 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
-#include "quant/ggml_quantize.h"
 #include "quant/ggml_quants.h"
 #include "quant/quant.h"
 #include "random_vectors.h"
+#include "tools/ggml_quantize.h"
 
 namespace llm {
 namespace {
@@ -45,7 +45,7 @@ std::vector<float> round_trip(DType t, const std::vector<float>& x, const float*
   const uint32_t group = uint32_t(ggml_block_values(t));
   std::vector<uint8_t> q(dtype_row_bytes(t, cols, group));
   EXPECT_FALSE(q.empty()) << dtype_name(t);
-  quantize_row_weighted(t, group, x.data(), importance, q.data(), cols);
+  quantize_any_row(t, group, x.data(), q.data(), cols, importance);
   std::vector<float> y(x.size());
   dequantize_row(t, group, q.data(), y.data(), cols);
   // dequantize_row is ggml's decoder; call it directly too.
@@ -119,7 +119,7 @@ TEST(GgmlQuantize, AgainstGgmlOnTheVectors) {
     int same_bytes = 0;
     for (int64_t r = 0; r < rows; ++r) {
       const float* x = src + r * cols;
-      quantize_row(f.t, uint32_t(ggml_block_values(f.t)), x, row.data(), cols);
+      quantize_any_row(f.t, uint32_t(ggml_block_values(f.t)), x, row.data(), cols);
       same_bytes += std::memcmp(row.data(), q.data + size_t(r) * rb, rb) == 0;
       dequantize_row(f.t, uint32_t(ggml_block_values(f.t)), row.data(), y.data(), cols);
       for (int64_t j = 0; j < cols; ++j) {
@@ -246,10 +246,18 @@ TEST(GgmlQuantize, DeterministicAndArgumentChecks) {
   EXPECT_EQ(status(DType::Q4_K, 128), LLM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(status(DType::Q5_0, 48), LLM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(status(DType::Q6_K, 512), LLM_OK);
-  // Through quantize_row: the group must be the block.
+  // Through quantize_any_row: the group must be the block.
   std::vector<uint8_t> out(1024);
-  EXPECT_THROW(quantize_row(DType::Q4_K, 32, x.data(), out.data(), 256), Error);
-  EXPECT_THROW(quantize_row(DType::Q3_K, 256, x.data(), out.data(), 256), Error);
+  EXPECT_THROW(quantize_any_row(DType::Q4_K, 32, x.data(), out.data(), 256), Error);
+  EXPECT_THROW(quantize_any_row(DType::Q3_K, 256, x.data(), out.data(), 256), Error);
+  // The library's quantize_row writes the native formats only: these
+  // quantizers are offline code, not in libllm.so.
+  try {
+    quantize_row(DType::Q4_K, 256, x.data(), out.data(), 256);
+    ADD_FAILURE() << "quantize_row wrote Q4_K";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), LLM_ERR_UNSUPPORTED);
+  }
 }
 
 }  // namespace

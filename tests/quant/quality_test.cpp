@@ -16,13 +16,14 @@
 #include "core/thread_pool.h"
 #include "engine/session.h"
 #include "format/llama2c.h"
-#include "format/llm_file.h"
 #include "model/model.h"
-#include "quant/awq.h"
-#include "quant/distill.h"
-#include "quant/kquant_mix.h"
 #include "quant/quant.h"
 #include "reference.h"
+#include "tools/awq.h"
+#include "tools/distill.h"
+#include "tools/ggml_quantize.h"
+#include "tools/kquant_mix.h"
+#include "tools/llm_file_writer.h"
 
 namespace {
 
@@ -60,7 +61,7 @@ llm::ModelSource quantize_in_memory(const llm::ModelSource& src, const llm::LlmC
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
       llm::dequantize_row(t.dtype, t.group, t.data + size_t(r) * in_rb, row.data(), cols);
-      llm::quantize_row(s.dtype, s.group, row.data(), bytes->data() + size_t(r) * out_rb, cols);
+      llm::quantize_any_row(s.dtype, s.group, row.data(), bytes->data() + size_t(r) * out_rb, cols);
     }
     t.dtype = s.dtype;
     t.group = s.group;

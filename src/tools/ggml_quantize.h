@@ -1,6 +1,8 @@
 // Quantizers into ggml's block formats: the inverse of the decoders in
-// ggml_quants.h. The bytes are ggml's layout (dtype.h), so ggml and libllm
-// read them alike; the choice of codes and scales is libllm's own.
+// quant/ggml_quants.h. The bytes are ggml's layout (quant/dtype.h), so ggml
+// and libllm read them alike; the choice of codes and scales is libllm's own.
+// Offline code (llm-convert, AWQ/GPTQ, distillation, tests): not part of
+// libllm.so, which runs these blocks but never writes them.
 //
 //   Q5_0, Q5_1 : ggml's reference rule (the same bytes as quantize_row_q5_0_ref
 //                and quantize_row_q5_1_ref), like q4/q8 in quant.cpp.
@@ -30,5 +32,14 @@ bool ggml_quantizer_exists(DType t);
 // for a type without a quantizer and Error(LLM_ERR_INVALID_ARGUMENT) for a
 // bad cols.
 void quantize_ggml_row(DType t, const float* x, const float* importance, uint8_t* dst, int64_t cols);
+
+// quantize_row / quantize_row_weighted (quant/quant.h) for every format that
+// has a quantizer: the native ones there, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K
+// here. importance (length cols; nullptr = all 1) is used by the fitted
+// formats (Q4M and the K types). The other GGUF block types (read from GGUF
+// files, never written) are Error(LLM_ERR_UNSUPPORTED); a bad group or cols
+// is Error(LLM_ERR_INVALID_ARGUMENT).
+void quantize_any_row(DType t, uint32_t group, const float* src, uint8_t* dst, int64_t cols,
+                      const float* importance = nullptr);
 
 }  // namespace llm

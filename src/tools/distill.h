@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "format/llm_file.h"
 #include "format/model_source.h"
+#include "tools/llm_file_writer.h"
 
 namespace llm {
 

@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "format/llm_file.h"
 #include "format/model_source.h"
 #include "quant/dtype.h"
+#include "tools/llm_file_writer.h"
 
 namespace llm {
 

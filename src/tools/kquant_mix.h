@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "format/llm_file.h"
+#include "tools/llm_file_writer.h"
 
 namespace llm {
 

@@ -1,6 +1,6 @@
 // AWQ scale search and folding; the f32 reference forward pass that supplies
 // its calibration activations. See awq.h for the method.
-#include "quant/awq.h"
+#include "tools/awq.h"
 
 #include "model/family.h"
 
@@ -16,9 +16,10 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
-#include "format/llm_file.h"
 #include "model/family.h"
 #include "quant/quant.h"
+#include "tools/ggml_quantize.h"
+#include "tools/llm_file_writer.h"
 
 namespace llm {
 
@@ -284,7 +285,7 @@ double output_error(const float* W, const float* Ws, int64_t rows, int64_t cols,
     thread_local std::vector<uint8_t> q;
     q.resize(rb);
     float* d = &delta[size_t(r * cols)];
-    quantize_row(dtype, group, Ws + r * cols, q.data(), cols);
+    quantize_any_row(dtype, group, Ws + r * cols, q.data(), cols);
     dequantize_row(dtype, group, q.data(), d, cols);
     const float* w = W + r * cols;
     for (int64_t e = 0; e < cols; ++e) d[e] = (scale ? d[e] / scale[e] : d[e]) - w[e];
@@ -358,7 +359,7 @@ void clip_search(float* Ws, int64_t rows, int64_t cols, const float* X, int64_t 
       for (int k = 0; k < n_grid; ++k) {
         const float lim = amax * (1.0f - 0.5f * float(k) / float(n_grid));
         for (int64_t e = 0; e < g; ++e) cand[size_t(e)] = std::min(lim, std::max(-lim, w[g0 + e]));
-        quantize_row(dtype, uint32_t(g), cand.data(), q.data(), g);
+        quantize_any_row(dtype, uint32_t(g), cand.data(), q.data(), g);
         dequantize_row(dtype, uint32_t(g), q.data(), deq.data(), g);
         double err = 0.0;
         for (int64_t i = 0; i < n; ++i) {

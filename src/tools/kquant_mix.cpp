@@ -1,4 +1,4 @@
-#include "quant/kquant_mix.h"
+#include "tools/kquant_mix.h"
 
 namespace llm {
 

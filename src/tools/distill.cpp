@@ -1,7 +1,7 @@
 // Quantization-aware distillation: an f32 forward and backward pass of the
 // Llama model, a straight-through estimator for the quantized matrices, and
 // Adam. See distill.h for the method.
-#include "quant/distill.h"
+#include "tools/distill.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,8 +14,9 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "model/family.h"
-#include "quant/awq.h"
 #include "quant/quant.h"
+#include "tools/awq.h"
+#include "tools/ggml_quantize.h"
 
 namespace llm {
 namespace {
@@ -574,7 +575,7 @@ Distiller::Distiller(const ModelSource& teacher, const ModelSource& student,
         const size_t rb = dtype_row_bytes(p.dtype, cols, p.group);
         std::vector<uint8_t> blocks(rb * size_t(p.rows));
         for (int64_t r = 0; r < p.rows; ++r)
-          quantize_row(p.dtype, p.group, &w[size_t(r * cols)], &blocks[size_t(r) * rb], cols);
+          quantize_any_row(p.dtype, p.group, &w[size_t(r * cols)], &blocks[size_t(r) * rb], cols);
         read_headers(p, blocks.data());
       }
     }

@@ -2,7 +2,7 @@
 // decoders); the error of every choice is computed with the decoder's own
 // float operations (e.g. Q4_K's (d * sc) * q - dmin * mn), so a fit ranks
 // candidates by the values that will really be read back.
-#include "quant/ggml_quantize.h"
+#include "tools/ggml_quantize.h"
 
 #include <algorithm>
 #include <cmath>
@@ -378,6 +378,18 @@ void quantize_ggml_row(DType t, const float* x, const float* importance, uint8_t
       default: quantize_q6_k_block(b, out); break;
     }
   }
+}
+
+void quantize_any_row(DType t, uint32_t group, const float* src, uint8_t* dst, int64_t cols, const float* importance) {
+  if (!dtype_is_ggml_block(t)) {
+    quantize_row_weighted(t, group, src, importance, dst, cols);  // quant.cpp
+    return;
+  }
+  LLM_CHECK(dtype_row_bytes(t, cols, group) != 0 || cols == 0, LLM_ERR_INVALID_ARGUMENT,
+            "quantize_row: %s with %lld cols, group %u", dtype_name(t), (long long)cols, group);
+  LLM_CHECK(ggml_quantizer_exists(t), LLM_ERR_UNSUPPORTED,
+            "quantize_row: %s blocks are read from GGUF files; there is no %s quantizer", dtype_name(t), dtype_name(t));
+  quantize_ggml_row(t, src, importance, dst, cols);
 }
 
 }  // namespace llm
