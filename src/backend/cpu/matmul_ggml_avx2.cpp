@@ -102,18 +102,18 @@ inline void expand_scales8(__m128i sc, int16_t* sv) {
     store256(sv + 16 * j, _mm256_shuffle_epi8(s2, _mm256_set1_epi16(short(((2 * j + 1) << 8) | (2 * j)))));
 }
 
-// Q4_K / Q5_K: the 8 six-bit scales and minimums from the 12-byte array
-// (bytes 0..7 of the result are scales, 8..15 minimums).
+// Q4_K / Q5_K: the 8 six-bit scales (bytes 0..7) and minimums (8..15) of
+// the 12-byte array at s (16 bytes readable), in registers. Words u0, u1, u2:
+// scales 0..3 = u0 & 0x3f.., 4..7 = (u2 & 0x0f..) | (u0 >> 6 & 0x03..) << 4;
+// minimums 0..3 = u1 & 0x3f.., 4..7 = (u2 >> 4 & 0x0f..) | (u1 >> 6 & 0x03..) << 4.
 inline __m128i scales_mins_k4(const uint8_t* s) {
-  uint32_t u[4];
-  std::memcpy(u, s, 12);
-  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
-  u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4);  // minimums 4..7
-  const uint32_t m03 = u[1] & low6;                             // minimums 0..3
-  u[1] = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);          // scales 4..7
-  u[2] = m03;
-  u[0] &= low6;                                                 // scales 0..3
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m128i top = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0)), 6),
+                                                   _mm_set1_epi32(0x03030303)),
+                                     4);
+  const __m128i low = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 4, 0, 4)),
+                                    _mm_set1_epi32(0x0f0f0f0f));
+  return _mm_unpacklo_epi32(_mm_and_si128(v, _mm_set1_epi32(0x3f3f3f3f)), _mm_or_si128(low, top));
 }
 
 void unpack_q2k(const uint8_t* b, KUnpacked* o) {
@@ -314,8 +314,235 @@ void k_rows(const KUnpacked* wb, int64_t nsb, const GgmlX& x, int64_t n, float* 
   for (; c0 < n; ++c0) tile(std::integral_constant<int, 1>{}, c0);
 }
 
+// --- K-quant decode from the stored blocks ---------------------------------
+//
+// Decode and batched decode of up to kDirectBatch x rows read each stored
+// super-block once per kDecCols x rows, so unpacking it into a KUnpacked
+// buffer and reading that back costs more than the dots. KRegs<T> decodes
+// one stored super-block into registers and scalars instead: the codes of
+// each 32-value chunk and the same int16 scale lanes, minimums and d / dm as
+// the unpackers above, so k_gemv runs k_tile's operations for each (W row,
+// x row) in k_tile's order and gives its bits.
+
+constexpr int kDecCols = 2;
+constexpr int64_t kDirectBatch = 8;
+
+template <DType T>
+struct KRegs;
+
+// F16C: the unpackers' value for every finite and infinite half; a NaN may
+// come out quieted, which the first multiply by it does anyway.
+inline float half_hw(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// int16 lanes 0..7 of v broadcast by pairs of bytes: scale lanes of chunk k
+// from 8 scales of 32 values (lane t: scale k).
+inline __m256i scale_lanes8(__m256i v2, int k) {
+  return _mm256_shuffle_epi8(v2, _mm256_set1_epi16(short(((2 * k + 1) << 8) | (2 * k))));
+}
+
+// Q4_K / Q5_K: chunk k is the low (k even) or high (k odd) nibbles of
+// qs[32 (k / 2) ..]; Q5_K adds 16 where qh has bit k. Scale lanes: sc[k].
+template <bool Five>
+struct KRegs45 {
+  static constexpr size_t kBytes = Five ? 176 : 144;
+  __m256i sc2;  // the 8 scales as int16, in both 128-bit halves
+  __m256i mn;
+  float d, dm;
+  const uint8_t* qs;
+  __m256i hb;
+  explicit KRegs45(const uint8_t* b) : qs(b + (Five ? 48 : 16)) {
+    const __m128i sm = scales_mins_k4(b + 4);
+    sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+    const __m128i mm = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    mn = _mm256_set_m128i(_mm_unpackhi_epi16(mm, mm), _mm_unpacklo_epi16(mm, mm));
+    hb = Five ? load256(b + 16) : _mm256_setzero_si256();
+    d = half_hw(b);
+    dm = half_hw(b + 2);
+  }
+  __m256i codes(int k) const {
+    const __m256i v = load256(qs + 32 * (k / 2)), m4 = _mm256_set1_epi8(0x0f);
+    __m256i c = k % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+    if constexpr (Five) {
+      const __m256i bit = _mm256_set1_epi8(char(1 << k));
+      c = _mm256_or_si256(c, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit),
+                                              _mm256_set1_epi8(16)));
+    }
+    return c;
+  }
+  __m256i scales(int k) const { return scale_lanes8(sc2, k); }
+};
+template <>
+struct KRegs<DType::Q4_K> : KRegs45<false> {
+  using KRegs45<false>::KRegs45;
+};
+template <>
+struct KRegs<DType::Q5_K> : KRegs45<true> {
+  using KRegs45<true>::KRegs45;
+};
+
+// Q6_K: 16 scales of 16 values; chunk k = 4n + j of half n as unpack_q6k.
+template <>
+struct KRegs<DType::Q6_K> {
+  static constexpr size_t kBytes = 210;
+  __m256i lo2, hi2;  // scales 0..7 / 8..15 as int16, in both 128-bit halves
+  __m256i mn;
+  float d, dm;
+  const uint8_t* b;
+  explicit KRegs(const uint8_t* blk) : b(blk) {
+    const __m256i s16 = _mm256_cvtepi8_epi16(load128(blk + 192));
+    lo2 = _mm256_permute2x128_si256(s16, s16, 0x00);
+    hi2 = _mm256_permute2x128_si256(s16, s16, 0x11);
+    mn = _mm256_slli_epi16(s16, 5);
+    d = dm = half_hw(blk + 208);
+  }
+  __m256i codes(int k) const {
+    const int n = k / 4, j = k % 4;
+    const __m256i l = load256(b + 64 * n + 32 * (j % 2)), h = load256(b + 128 + 32 * n);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m48 = _mm256_set1_epi8(0x30);
+    const __m256i lo = j < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+    const __m256i hs = j == 0 ? _mm256_slli_epi16(h, 4) : j == 1 ? _mm256_slli_epi16(h, 2)
+                     : j == 2 ? h : _mm256_srli_epi16(h, 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(hs, m48));
+  }
+  // [scale 2k x 8 | scale 2k + 1 x 8], as expand_scales16.
+  __m256i scales(int k) const {
+    const int kk = k % 4;
+    const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(short(((4 * kk + 3) << 8) | (4 * kk + 2))),
+                                          _mm_set1_epi16(short(((4 * kk + 1) << 8) | (4 * kk))));
+    return _mm256_shuffle_epi8(k < 4 ? lo2 : hi2, pick);
+  }
+};
+
+// IQ4_XS: the 8 six-bit scales (bias 32) as int32 lanes: low nibble ib of
+// the 32-bit scales_l, high bits 2 ib of the 16-bit scales_h.
+inline __m256i iq4xs_scales32(const uint8_t* b) {
+  uint16_t sh;
+  uint32_t sl;
+  std::memcpy(&sh, b + 2, 2);
+  std::memcpy(&sl, b + 4, 4);
+  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(sl)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                      _mm256_set1_epi32(0x0f));
+  const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                      _mm256_set1_epi32(3));
+  return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+}
+
+// IQ4_XS: chunk k is sub-block k through the table; scale lanes sc[k].
+template <>
+struct KRegs<DType::IQ4_XS> {
+  static constexpr size_t kBytes = 136;
+  __m256i sc2;  // the 8 scales as int16, in both 128-bit halves
+  __m256i mn;
+  float d, dm;
+  const uint8_t* qs;
+  explicit KRegs(const uint8_t* b) : mn(_mm256_setzero_si256()), qs(b + 8) {
+    const __m256i s32 = iq4xs_scales32(b);
+    const __m256i p = _mm256_packs_epi32(s32, s32);  // [0..3 0..3 | 4..7 4..7]
+    sc2 = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(_mm256_permute4x64_epi64(p, _MM_SHUFFLE(3, 1, 2, 0))));
+    d = dm = half_hw(b);
+  }
+  __m256i codes(int k) const {
+    const __m256i table = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                                           -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    return _mm256_shuffle_epi8(table, nibbles32(qs + 16 * k));
+  }
+  __m256i scales(int k) const { return scale_lanes8(sc2, k); }
+};
+
+// R rows from the stored blocks x C x rows (x row c at xq + c * xcols, its
+// scales and bsums likewise); pf: the same bytes of a later tile, or null.
+template <DType T, int R, int C>
+void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
+            int64_t xcols, float* y, int64_t ys, const uint8_t* pf) {
+  constexpr bool MinD = k_min_uses_d(T), Signed = k_signed(T);
+  constexpr size_t BB = KRegs<T>::kBytes;
+  __m256 acc[R][C];
+  LLM_UNROLL for (int r = 0; r < R; ++r)
+    LLM_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    LLM_UNROLL for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w + r * rb + size_t(sb) * BB;
+      if (pf) prefetch_bytes(pf + r * rb + size_t(sb) * BB, BB);
+      const KRegs<T> u(blk);
+      __m256i S[C];
+      LLM_UNROLL for (int c = 0; c < C; ++c) S[c] = _mm256_setzero_si256();
+      LLM_UNROLL for (int k = 0; k < 8; ++k) {
+        const __m256i wq = u.codes(k), s = u.scales(k);
+        if constexpr (Signed) {
+          const __m256i aw = _mm256_sign_epi8(wq, wq);
+          LLM_UNROLL for (int c = 0; c < C; ++c)
+            S[c] = _mm256_add_epi32(
+                S[c], _mm256_madd_epi16(
+                          _mm256_maddubs_epi16(aw, _mm256_sign_epi8(load256(xq + c * xcols + sb * 256 + 32 * k), wq)),
+                          s));
+        } else {
+          LLM_UNROLL for (int c = 0; c < C; ++c)
+            S[c] = _mm256_add_epi32(
+                S[c], _mm256_madd_epi16(_mm256_maddubs_epi16(wq, load256(xq + c * xcols + sb * 256 + 32 * k)), s));
+        }
+      }
+      LLM_UNROLL for (int c = 0; c < C; ++c) {
+        const __m256i M = _mm256_madd_epi16(load256(xbs + c * (xcols / 16) + sb * 16), u.mn);
+        const float dx = xd[c * (xcols / 256) + sb];
+        if constexpr (MinD) {
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(S[c], M)), _mm256_set1_ps(u.d * dx),
+                                      acc[r][c]);
+        } else {
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[c]), _mm256_set1_ps(u.d * dx), acc[r][c]);
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M), _mm256_set1_ps(-(u.dm * dx)), acc[r][c]);
+        }
+      }
+    }
+  }
+  LLM_UNROLL for (int c = 0; c < C; ++c)
+    LLM_UNROLL for (int r = 0; r < R; ++r) y[c * ys + r] = hsum(acc[r][c]);
+}
+
+template <DType T, int R>
+void k_decode_rows(const uint8_t* wr, const WeightView& w, const GgmlX& x, int64_t n, float* y, const uint8_t* pf) {
+  const int64_t nsb = w.cols / 256, cols = x.cols;
+  int64_t c0 = 0;
+  for (; c0 + kDecCols <= n; c0 += kDecCols)
+    k_gemv<T, R, kDecCols>(wr, w.row_bytes, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols,
+                           y + c0 * w.rows, w.rows, c0 == 0 ? pf : nullptr);
+  if (c0 < n)
+    k_gemv<T, R, 1>(wr, w.row_bytes, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols,
+                    y + c0 * w.rows, w.rows, c0 == 0 ? pf : nullptr);
+}
+
+template <DType T>
+void k_decode(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  const size_t ahead = decode_ahead(w);
+  for (int64_t r = r0; r < r1; r += kRowTile) {
+    const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
+    const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
+    switch (nr) {
+      case 4: k_decode_rows<T, 4>(wr, w, x, n, y + r, wr + ahead); break;
+      case 3: k_decode_rows<T, 3>(wr, w, x, n, y + r, wr + ahead); break;
+      case 2: k_decode_rows<T, 2>(wr, w, x, n, y + r, wr + ahead); break;
+      default: k_decode_rows<T, 1>(wr, w, x, n, y + r, wr + ahead); break;
+    }
+  }
+}
+
+// True when k_decode<T> ran the rows.
+bool k_decode_any(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  switch (w.dtype) {
+    case DType::Q4_K: k_decode<DType::Q4_K>(w, x, n, y, r0, r1); return true;
+    case DType::Q5_K: k_decode<DType::Q5_K>(w, x, n, y, r0, r1); return true;
+    case DType::Q6_K: k_decode<DType::Q6_K>(w, x, n, y, r0, r1); return true;
+    case DType::IQ4_XS: k_decode<DType::IQ4_XS>(w, x, n, y, r0, r1); return true;
+    default: return false;
+  }
+}
+
 template <bool MinD, bool Signed = false>
 void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  if (n <= kDirectBatch && k_decode_any(w, x, n, y, r0, r1)) return;
   const int64_t nsb = w.cols / 256;
   thread_local std::vector<KUnpacked> buf;
   if (buf.size() < size_t(kRowTile * nsb)) buf.resize(size_t(kRowTile * nsb));

@@ -38,7 +38,6 @@
 
 #include "backend/cpu/gemm_kernels.h"
 #include "backend/cpu/matmul_ggml.h"
-#include "core/half.h"
 
 namespace llm::cpu::kern {
 
@@ -163,7 +162,9 @@ void k_rows(const KUnpacked* wb, int64_t nsb, const GgmlX& x, int64_t n, float* 
 inline float half_of(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-  return f16_to_f32(h);  // the unpackers' conversion, NaN payloads included
+  // F16C: the unpackers' value for every finite and infinite half; a NaN
+  // may come out quieted, which the first multiply by it does anyway.
+  return _cvtsh_ss(h);
 }
 
 // The scale lanes of 64-value chunk p from 16 int16 scales (one per 16
@@ -187,18 +188,20 @@ inline __m512i sv_chunk8(__m512i sc, int p) {
   return _mm512_permutexvar_epi16(idx, sc);
 }
 
-// Q4_K / Q5_K: the 8 six-bit scales (bytes 0..7) and minimums (8..15) of the
-// 12-byte array.
+// Q4_K / Q5_K: the 8 six-bit scales (bytes 0..7) and minimums (8..15) of
+// the 12-byte array at s (16 bytes readable), in registers. Words u0, u1, u2:
+// scales 0..3 = u0 & 0x3f.., 4..7 = (u2 & 0x0f..) | (u0 >> 6 & 0x03..) << 4;
+// minimums 0..3 = u1 & 0x3f.., 4..7 = (u2 >> 4 & 0x0f..) | (u1 >> 6 & 0x03..) << 4.
+// (The same function as the AVX2 file's, kept apart: each file's inline
+// code must be compiled with its own instruction set.)
 inline __m128i scales_mins_k4(const uint8_t* s) {
-  uint32_t u[4];
-  std::memcpy(u, s, 12);
-  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
-  u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4);
-  const uint32_t m03 = u[1] & low6;
-  u[1] = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);
-  u[2] = m03;
-  u[0] &= low6;
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m128i top = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0)), 6),
+                                                   _mm_set1_epi32(0x03030303)),
+                                     4);
+  const __m128i low = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 4, 0, 4)),
+                                    _mm_set1_epi32(0x0f0f0f0f));
+  return _mm_unpacklo_epi32(_mm_and_si128(v, _mm_set1_epi32(0x3f3f3f3f)), _mm_or_si128(low, top));
 }
 
 template <DType T>
@@ -294,12 +297,18 @@ struct KRegs<DType::IQ4_XS> {
   float d, dm;
   const uint8_t* qs;
   explicit KRegs(const uint8_t* b) : mn(_mm256_setzero_si256()), qs(b + 8) {
+    // Low nibble ib of the 32-bit scales_l, high bits 2 ib of the 16-bit scales_h, bias 32.
     uint16_t sh;
+    uint32_t sl;
     std::memcpy(&sh, b + 2, 2);
-    alignas(16) int16_t s[8];
-    for (int ib = 0; ib < 8; ++ib)
-      s[ib] = int16_t((((b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((sh >> (2 * ib)) & 3) << 4)) - 32);
-    sc = _mm512_castsi128_si512(_mm_load_si128(reinterpret_cast<const __m128i*>(s)));
+    std::memcpy(&sl, b + 4, 4);
+    const __m256i lo = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(int(sl)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+        _mm256_set1_epi32(0x0f));
+    const __m256i hi = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)), _mm256_set1_epi32(3));
+    const __m256i s32 = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    sc = _mm512_castsi128_si512(_mm256_cvtepi32_epi16(s32));
     d = dm = half_of(b);
   }
   // Sub-blocks 2p and 2p + 1 (16 bytes each): low nibbles then high nibbles
