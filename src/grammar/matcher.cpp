@@ -680,7 +680,10 @@ void Matcher::compute_mask(std::vector<uint64_t>& bits) {
           for (int32_t t : entry->list) detail::set_bit(bits, t);
         }
         if (entry->suffix.empty() || klen == s.size()) continue;
-        for (int32_t t : *detail::below_accepted(*cache_, s, klen, *entry)) detail::set_bit(bits, t);
+        // Held here: the cache may drop its own reference meanwhile (another
+        // thread's insert of the same key, or a clear at the byte budget).
+        const std::shared_ptr<const std::vector<int32_t>> below = detail::below_accepted(*cache_, s, klen, *entry);
+        for (int32_t t : *below) detail::set_bit(bits, t);
       }
     }
   }

@@ -2,6 +2,8 @@
 // tokens, EOG, fork/reset) and the fast mask against the brute-force mask over
 // random vocabularies, json.gbnf, a schema grammar and (LLM_GEMMA3_GGUF) the
 // real Gemma 3 vocabulary.
+#include <thread>
+
 #include "grammar_test_util.h"
 
 namespace llm::grammar::test {
@@ -188,6 +190,34 @@ TEST(MaskEquality, JsonRandomVocabularies) {
     for (const std::string& t : texts) check_along(json_grammar(), v, t, rng, &n);
   }
   EXPECT_GT(n, 300);
+}
+
+// Sessions on several threads share one grammar's caches (llm_sampling.grammar
+// across sessions): four matchers walk the same texts at once from a cold
+// cache, so they build and insert the same keys concurrently. Each mask must
+// equal the brute-force one; under ASan (tests/run_reliability.sh) a cache
+// entry freed while a matcher reads it is an error. (It was: the memoized
+// "below" tokens were iterated through a temporary shared_ptr.)
+TEST(MaskEquality, ThreadsShareOneGrammarsCaches) {
+  const std::string alphabet = "{}[]\":, \n\t-+.0123456789eEabcdefghijklmnopqrstuvwxyz\\/";
+  const std::vector<std::string> texts = {
+      "{\"a\": [1, -2.5e+3, true, false, null], \"b\": {\"c\": \"x\\u00e9\\n\"}}",
+      "{\n  \"list\": [\n    {\"k\": \"v\"},\n    []\n  ],\n  \"n\": 0.25\n}",
+  };
+  std::mt19937 vrng(77);
+  for (int round = 0; round < 3; ++round) {
+    const auto g = parse_gbnf(read_text(data_path("grammars/json.gbnf")));  // a cold cache each round
+    const auto v = random_vocab(vrng, alphabet, 300);
+    std::vector<int> checked(4, 0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        std::mt19937 rng(uint32_t(round * 10 + t));
+        for (const std::string& text : texts) check_along(g, v, text, rng, &checked[size_t(t)]);
+      });
+    for (auto& th : threads) th.join();
+    for (int c : checked) EXPECT_GT(c, 20);
+  }
 }
 
 TEST(MaskEquality, OtherGrammarsRandomVocabularies) {
