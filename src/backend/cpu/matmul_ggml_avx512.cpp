@@ -167,26 +167,17 @@ inline float half_of(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// The scale lanes of 64-value chunk p from 16 int16 scales (one per 16
-// values) in the low lanes of sc: lane t of the chunk takes scale 4p + t / 8.
-inline __m512i sv_chunk16(__m512i sc, int p) {
-  const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16(short(4 * p)),
-                                       _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21,
-                                                                          20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10,
-                                                                          9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                                         3));
-  return _mm512_permutexvar_epi16(idx, sc);
+// The int16 scale lanes of a 64-value chunk: lane t (values 2t, 2t + 1)
+// takes scale first + (t >> shift) of the scales in sc's low lanes.
+inline __m512i sv_chunk(__m512i sc, int first, int shift) {
+  const __m512i lane = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
+                                        12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  return _mm512_permutexvar_epi16(
+      _mm512_add_epi16(_mm512_set1_epi16(short(first)), _mm512_srl_epi16(lane, _mm_cvtsi32_si128(shift))), sc);
 }
-
-// The same from 8 int16 scales (one per 32 values): lane t takes 2p + t / 16.
-inline __m512i sv_chunk8(__m512i sc, int p) {
-  const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16(short(2 * p)),
-                                       _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21,
-                                                                          20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10,
-                                                                          9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                                         4));
-  return _mm512_permutexvar_epi16(idx, sc);
-}
+// Chunk p with 16 scales of 16 values (Q6_K) or 8 scales of 32 values.
+inline __m512i sv_chunk16(__m512i sc, int p) { return sv_chunk(sc, 4 * p, 3); }
+inline __m512i sv_chunk8(__m512i sc, int p) { return sv_chunk(sc, 2 * p, 4); }
 
 // Q4_K / Q5_K: the 8 six-bit scales (bytes 0..7) and minimums (8..15) of
 // the 12-byte array at s (16 bytes readable), in registers. Words u0, u1, u2:
