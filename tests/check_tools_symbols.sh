@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # check_tools_symbols.sh LIBLLM_SO [NM]
 #
-# libllm.so must not contain the offline tools (src/tools/: the .llm writer
+# libllm.so must not contain the offline tools (src/convert/: the .llm writer
 # and conversion, the GGUF block quantizers, K-quant mixes, AWQ, GPTQ,
 # distillation); only llm-convert and the tests link them (llm_tools).
 # Reads the full symbol table (internal symbols too, not only the exports),

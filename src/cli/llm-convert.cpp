@@ -37,11 +37,11 @@
 #include "quant/dtype.h"
 #include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
-#include "tools/awq.h"
-#include "tools/distill.h"
-#include "tools/ggml_quantize.h"
-#include "tools/kquant_mix.h"
-#include "tools/llm_file_writer.h"
+#include "convert/awq.h"
+#include "convert/distill.h"
+#include "convert/ggml_quantize.h"
+#include "convert/kquant_mix.h"
+#include "convert/llm_file_writer.h"
 
 namespace {
 

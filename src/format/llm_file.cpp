@@ -1,6 +1,6 @@
 // The native .llm container: reader (validating, zero-copy for raw tensors,
 // parallel verification and decompression). The writer is offline code,
-// tools/llm_file_writer.cpp; the byte layout both follow is specified in
+// convert/llm_file_writer.cpp; the byte layout both follow is specified in
 // docs/FORMAT.md, and this file must agree with it field for field.
 #include "format/llm_file.h"
 

@@ -1,7 +1,7 @@
 // The native .llm container (docs/FORMAT.md): header, metadata, tensor
 // table, tensor data (raw + aligned for mmap, or zstd chunks), every stored
 // byte covered by an XXH3-64 checksum. The reader; the writer and the
-// conversion are offline code in tools/llm_file_writer.h.
+// conversion are offline code in convert/llm_file_writer.h.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The byte layout of a .llm file shared by its reader (format/llm_file.cpp)
-// and its writer (tools/llm_file_writer.cpp): the format's constants, the
+// and its writer (convert/llm_file_writer.cpp): the format's constants, the
 // header, table entry sizes, byte planes, and the parallel task runner both
 // use. Internal to those two files; docs/FORMAT.md is the specification.
 #pragma once

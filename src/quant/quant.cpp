@@ -184,7 +184,7 @@ void quantize_row_weighted(DType t, uint32_t group, const float* src, const floa
       return;
     }
     default:
-      // The GGUF block quantizers are offline code (tools/ggml_quantize.h):
+      // The GGUF block quantizers are offline code (convert/ggml_quantize.h):
       // nothing that loads or runs a model writes those blocks.
       LLM_CHECK(!dtype_is_ggml_block(t), LLM_ERR_UNSUPPORTED,
                 "quantize_row: %s blocks have no quantizer in the library (llm-convert writes them)", dtype_name(t));

@@ -13,7 +13,7 @@ namespace llm {
 // dst must hold dtype_row_bytes(t, cols, group) bytes. The native formats
 // only (F32, F16, BF16, Q8, Q4, Q4M); a GGUF block type is
 // Error(LLM_ERR_UNSUPPORTED): its quantizers are offline code that only
-// llm-convert links (quantize_any_row in tools/ggml_quantize.h).
+// llm-convert links (quantize_any_row in convert/ggml_quantize.h).
 void quantize_row(DType t, uint32_t group, const float* src, uint8_t* dst, int64_t cols);
 
 // Q4M: the (scale, minimum) of one group of g values, both already rounded

@@ -18,7 +18,7 @@
 #include "model/model.h"
 #include "reference.h"
 #include "tmp.h"
-#include "tools/llm_file_writer.h"
+#include "convert/llm_file_writer.h"
 
 using llm::testing::model_path;
 

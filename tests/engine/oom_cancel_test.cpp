@@ -34,7 +34,7 @@
 #include "llm.h"
 #include "sanitizers.h"
 #include "tmp.h"
-#include "tools/llm_file_writer.h"
+#include "convert/llm_file_writer.h"
 
 // ---------------------------------------------------------------- operator new probe
 //

@@ -11,7 +11,7 @@
 #include "llm.h"
 #include "reference.h"
 #include "tmp.h"
-#include "tools/llm_file_writer.h"
+#include "convert/llm_file_writer.h"
 
 using llm::testing::GreedyCase;
 using llm::testing::model_path;

@@ -21,8 +21,8 @@
 #include "quant/quant.h"
 #include "reference.h"
 #include "tmp.h"
-#include "tools/kquant_mix.h"
-#include "tools/llm_file_writer.h"
+#include "convert/kquant_mix.h"
+#include "convert/llm_file_writer.h"
 
 namespace {
 

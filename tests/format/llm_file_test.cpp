@@ -21,7 +21,7 @@
 #include "format/llm_file.h"
 #include "tmp.h"
 #include "status_of.h"
-#include "tools/llm_file_writer.h"
+#include "convert/llm_file_writer.h"
 
 namespace {
 

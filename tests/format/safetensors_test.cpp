@@ -28,7 +28,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tmp.h"
 #include "status_of.h"
-#include "tools/llm_file_writer.h"
+#include "convert/llm_file_writer.h"
 
 namespace fs = std::filesystem;
 using llm::testing::model_path;

@@ -20,7 +20,7 @@
 #include "format/llama2c.h"
 #include "llm.h"
 #include "quant/quant.h"
-#include "tools/llm_file_writer.h"
+#include "convert/llm_file_writer.h"
 
 namespace {
 

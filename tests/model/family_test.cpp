@@ -23,7 +23,7 @@
 #include "engine/session.h"
 #include "format/gguf.h"
 #include "model/model.h"
-#include "tools/llm_file_writer.h"
+#include "convert/llm_file_writer.h"
 
 namespace {
 

@@ -22,8 +22,8 @@
 #include "tmp.h"
 #include "random_model.h"
 #include "status_of.h"
-#include "tools/awq.h"
-#include "tools/llm_file_writer.h"
+#include "convert/awq.h"
+#include "convert/llm_file_writer.h"
 
 namespace {
 

@@ -19,9 +19,9 @@
 #include "reference.h"
 #include "random_model.h"
 #include "status_of.h"
-#include "tools/awq.h"
-#include "tools/distill.h"
-#include "tools/llm_file_writer.h"
+#include "convert/awq.h"
+#include "convert/distill.h"
+#include "convert/llm_file_writer.h"
 
 namespace {
 

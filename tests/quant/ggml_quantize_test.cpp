@@ -21,7 +21,7 @@
 #include "quant/ggml_quants.h"
 #include "quant/quant.h"
 #include "random_vectors.h"
-#include "tools/ggml_quantize.h"
+#include "convert/ggml_quantize.h"
 
 namespace llm {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/kquant_mix.h"
+#include "convert/kquant_mix.h"
 
 namespace llm {
 

@@ -1,6 +1,6 @@
 // AWQ scale search and folding; the f32 reference forward pass that supplies
 // its calibration activations. See awq.h for the method.
-#include "tools/awq.h"
+#include "convert/awq.h"
 
 #include "model/family.h"
 
@@ -18,8 +18,8 @@
 #include "core/thread_pool.h"
 #include "model/family.h"
 #include "quant/quant.h"
-#include "tools/ggml_quantize.h"
-#include "tools/llm_file_writer.h"
+#include "convert/ggml_quantize.h"
+#include "convert/llm_file_writer.h"
 
 namespace llm {
 

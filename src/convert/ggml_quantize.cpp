@@ -2,7 +2,7 @@
 // decoders); the error of every choice is computed with the decoder's own
 // float operations (e.g. Q4_K's (d * sc) * q - dmin * mn), so a fit ranks
 // candidates by the values that will really be read back.
-#include "tools/ggml_quantize.h"
+#include "convert/ggml_quantize.h"
 
 #include <algorithm>
 #include <cmath>

@@ -29,7 +29,7 @@
 
 #include "format/model_source.h"
 #include "quant/dtype.h"
-#include "tools/llm_file_writer.h"
+#include "convert/llm_file_writer.h"
 
 namespace llm {
 

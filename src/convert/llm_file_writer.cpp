@@ -2,7 +2,7 @@
 // re-encodes tensors while writing. Offline code: llm-convert and the tests
 // link it, libllm.so does not. The byte layout is specified in
 // docs/FORMAT.md and shared with the reader (format/llm_file_internal.h).
-#include "tools/llm_file_writer.h"
+#include "convert/llm_file_writer.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -21,7 +21,7 @@
 #include "core/thread_pool.h"
 #include "format/llm_file_internal.h"
 #include "quant/quant.h"
-#include "tools/ggml_quantize.h"
+#include "convert/ggml_quantize.h"
 
 namespace llm {
 

@@ -1,7 +1,7 @@
 // Quantization-aware distillation: an f32 forward and backward pass of the
 // Llama model, a straight-through estimator for the quantized matrices, and
 // Adam. See distill.h for the method.
-#include "tools/distill.h"
+#include "convert/distill.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,8 +15,8 @@
 #include "core/thread_pool.h"
 #include "model/family.h"
 #include "quant/quant.h"
-#include "tools/awq.h"
-#include "tools/ggml_quantize.h"
+#include "convert/awq.h"
+#include "convert/ggml_quantize.h"
 
 namespace llm {
 namespace {

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "format/model_source.h"
-#include "tools/llm_file_writer.h"
+#include "convert/llm_file_writer.h"
 
 namespace llm {
 

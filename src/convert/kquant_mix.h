@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tools/llm_file_writer.h"
+#include "convert/llm_file_writer.h"
 
 namespace llm {
 
