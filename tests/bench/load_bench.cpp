@@ -106,7 +106,7 @@ uint32_t ggml_type(llm::DType t, uint32_t group) {
     case llm::DType::Q4:
       if (group == 32) return 2;
       break;
-    case llm::DType::Q4M:  // no GGUF twin
+    default:  // Q4M has no GGUF twin; the bench writes no GGUF block types
       break;
   }
   std::fprintf(stderr, "load_bench: %s g%u has no GGUF type\n", llm::dtype_name(t), group);
