@@ -167,6 +167,12 @@ class Matcher {
   // Brute force (tests): walks each token through a copy of the state.
   void compute_mask_slow(std::vector<uint64_t>& bits) const;
   size_t n_stacks() const { return state_.stacks.size(); }
+  // How often this thread's matchers hit a cap (kMaxStacks, kMaxDepth,
+  // kMaxExpand) so far. Near a cap the fast mask, which expands only the top
+  // frames of each stack, may allow a token whose whole-state walk (allows,
+  // accept, compute_mask_slow) hits the cap and fails: accept then throws
+  // LLM_ERR_INVALID_ARGUMENT, a status, not a crash.
+  static uint64_t cap_hits();
 
  private:
   bool advance_token(int32_t token, detail::State& out) const;

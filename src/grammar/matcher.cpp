@@ -76,6 +76,13 @@ void normalize(std::vector<Stack>& v) {
   v.erase(std::unique(v.begin(), v.end()), v.end());
 }
 
+// Caps hit on this thread (expand / advance gave up): Matcher::cap_hits().
+thread_local uint64_t cap_hits = 0;
+inline bool capped() {
+  ++cap_hits;
+  return false;
+}
+
 // Expands `s` until every stack top is a terminal, appending to `out`.
 // False when a cap is hit.
 bool expand(const Grammar& g, Stack s, std::vector<Stack>& out) {
@@ -111,13 +118,13 @@ bool expand(const Grammar& g, Stack s, std::vector<Stack>& out) {
         break;
       }
       if (std::find(seen.begin(), seen.end(), st) != seen.end()) break;
-      if (++n_expanded > kMaxExpand) return false;
+      if (++n_expanded > kMaxExpand) return capped();
       seen.push_back(st);
       if (g.elems[p + 1].op == Op::End)
         st.pop_back();  // tail call: nothing to return to
       else
         st.back() = p + 1;
-      if (st.size() >= kMaxDepth) return false;
+      if (st.size() >= kMaxDepth) return capped();
       for (uint32_t a : g.rules[e.arg].alts) {
         Stack ns = st;
         ns.push_back(a);
@@ -125,7 +132,7 @@ bool expand(const Grammar& g, Stack s, std::vector<Stack>& out) {
       }
       break;
     }
-    if (out.size() > 4 * kMaxStacks) return false;
+    if (out.size() > 4 * kMaxStacks) return capped();
   }
   return true;
 }
@@ -147,7 +154,7 @@ bool advance_cp(const Grammar& g, const std::vector<Stack>& in, uint32_t cp, std
   normalize(out);
   if (out.size() > kMaxStacks) {
     out.clear();
-    return false;
+    return capped();
   }
   return true;
 }
@@ -617,10 +624,12 @@ bool Matcher::advance_token(int32_t token, State& out) const {
       if (!detail::expand(g, std::move(ns), out.stacks)) return false;
     }
     detail::normalize(out.stacks);
-    if (out.stacks.size() > detail::kMaxStacks) return false;
+    if (out.stacks.size() > detail::kMaxStacks) return detail::capped();
   }
   return !out.stacks.empty();
 }
+
+uint64_t Matcher::cap_hits() { return detail::cap_hits; }
 
 bool Matcher::allows(int32_t token) const {
   if (token < 0 || token >= vocab_->n_vocab()) return false;
