@@ -198,55 +198,45 @@ inline __m128i scales_mins_k4(const uint8_t* s) {
 template <DType T>
 struct KRegs;
 
-template <>
-struct KRegs<DType::Q4_K> {
-  static constexpr size_t kBytes = 144;
-  __m512i sc;   // 8 scales as int16
-  __m256i mn;   // 16 minimums as int16
-  float d, dm;
-  const uint8_t* qs;
-  explicit KRegs(const uint8_t* b) : qs(b + 16) {
-    const __m128i sm = scales_mins_k4(b + 4);
-    sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
-    const __m128i mm = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
-    mn = _mm256_set_m128i(_mm_unpackhi_epi16(mm, mm), _mm_unpacklo_epi16(mm, mm));
-    d = half_of(b);
-    dm = half_of(b + 2);
-  }
-  // Codes of values 64p .. 64p + 63: the low nibbles of 32 bytes, then their high nibbles.
-  __m512i codes(int p) const {
-    const __m256i v = load256(qs + 32 * p), m4 = _mm256_set1_epi8(0x0f);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
-                              _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
-  }
-  __m512i scales(int p) const { return sv_chunk8(sc, p); }
-};
-
-template <>
-struct KRegs<DType::Q5_K> {
-  static constexpr size_t kBytes = 176;
-  __m512i sc;
-  __m256i mn;
+// Q4_K / Q5_K: codes of values 64p .. 64p + 63 are the low nibbles of 32
+// bytes, then their high nibbles; Q5_K adds 16 where qh has bit 2p (low
+// half) or 2p + 1 (high half). 8 scales (of 32 values) and 8 minimums.
+template <bool Five>
+struct KRegs45 {
+  static constexpr size_t kBytes = Five ? 176 : 144;
+  __m512i sc;  // 8 scales as int16
+  __m256i mn;  // 16 minimums as int16
   float d, dm;
   const uint8_t* qs;
   __m256i hb;
-  explicit KRegs(const uint8_t* b) : qs(b + 48), hb(load256(b + 16)) {
+  explicit KRegs45(const uint8_t* b) : qs(b + (Five ? 48 : 16)) {
     const __m128i sm = scales_mins_k4(b + 4);
     sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
     const __m128i mm = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
     mn = _mm256_set_m128i(_mm_unpackhi_epi16(mm, mm), _mm_unpacklo_epi16(mm, mm));
+    hb = Five ? load256(b + 16) : _mm256_setzero_si256();
     d = half_of(b);
     dm = half_of(b + 2);
   }
-  // Q4_K's nibbles plus 16 where qh has bit 2p (low half) or 2p + 1 (high half).
   __m512i codes(int p) const {
-    const __m256i v = load256(qs + 32 * p), m4 = _mm256_set1_epi8(0x0f), sixteen = _mm256_set1_epi8(16);
+    const __m256i v = load256(qs + 32 * p), m4 = _mm256_set1_epi8(0x0f);
     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(hb, _mm256_set1_epi8(char(1 << (2 * p)))), lo, sixteen);
-    hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(hb, _mm256_set1_epi8(char(2 << (2 * p)))), hi, sixteen);
+    if constexpr (Five) {
+      const __m256i sixteen = _mm256_set1_epi8(16);
+      lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(hb, _mm256_set1_epi8(char(1 << (2 * p)))), lo, sixteen);
+      hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(hb, _mm256_set1_epi8(char(2 << (2 * p)))), hi, sixteen);
+    }
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
   }
   __m512i scales(int p) const { return sv_chunk8(sc, p); }
+};
+template <>
+struct KRegs<DType::Q4_K> : KRegs45<false> {
+  using KRegs45<false>::KRegs45;
+};
+template <>
+struct KRegs<DType::Q5_K> : KRegs45<true> {
+  using KRegs45<true>::KRegs45;
 };
 
 template <>
