@@ -32,6 +32,7 @@
 #pragma GCC diagnostic pop
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -72,82 +73,176 @@ inline float hsum16(__m512 v) {
   return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 
-// --- K-quant tiles ---------------------------------------------------------
+// --- K-quant prefill panels -----------------------------------------------
+//
+// A panel is kPanel W rows unpacked once per call into the layout vpdpbusd
+// wants with W rows in lanes: per super-block, 4 codes of each of 16 rows
+// per 64 bytes, so one vector of codes meets 4 bytes of an x row broadcast
+// to all lanes. Each lane (W row) keeps its own exact integer sums; the x
+// rows of a column tile share the code vectors.
 
-template <int R, int C, bool MinD, bool Signed>
-void k_tile(const KUnpacked* wb, int64_t ws, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
-            int64_t xcols, float* y, int64_t ys) {
-  __m512 acc[R][C];
-  LLM_UNROLL for (int r = 0; r < R; ++r)
-    LLM_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    __m512i S[R][C];
-    LLM_UNROLL for (int r = 0; r < R; ++r)
-      LLM_UNROLL for (int c = 0; c < C; ++c) S[r][c] = _mm512_setzero_si512();
-    LLM_UNROLL for (int p = 0; p < 4; ++p) {
-      __m512i xv[C];
-      LLM_UNROLL for (int c = 0; c < C; ++c) xv[c] = load512(xq + c * xcols + sb * 256 + 64 * p);
-      LLM_UNROLL for (int r = 0; r < R; ++r) {
-        const KUnpacked& u = wb[r * ws + sb];
-        const __m512i w = _mm512_load_si512(u.q + 64 * p);
-        const __m512i s = _mm512_load_si512(u.sv + 32 * p);
-        if constexpr (Signed) {
-          // |w|, and x negated where w < 0 (x is never -128): pairs of at
-          // most 2 * 127 * 127.
-          const __m512i aw = _mm512_abs_epi8(w);
-          const __mmask64 neg = _mm512_movepi8_mask(w);
-          LLM_UNROLL for (int c = 0; c < C; ++c) {
-            const __m512i xs = _mm512_mask_sub_epi8(xv[c], neg, _mm512_setzero_si512(), xv[c]);
-            S[r][c] = _mm512_dpwssd_epi32(S[r][c], _mm512_maddubs_epi16(aw, xs), s);
-          }
-        } else {
-          LLM_UNROLL for (int c = 0; c < C; ++c)
-            S[r][c] = _mm512_dpwssd_epi32(S[r][c], _mm512_maddubs_epi16(w, xv[c]), s);
-        }
-      }
-    }
-    LLM_UNROLL for (int c = 0; c < C; ++c) {
-      const __m256i bs = load256(xbs + c * (xcols / 16) + sb * 16);
-      const float dx = xd[c * (xcols / 256) + sb];
-      LLM_UNROLL for (int r = 0; r < R; ++r) {
-        const KUnpacked& u = wb[r * ws + sb];
-        const __m256i mn = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.mn));
-        if constexpr (MinD) {
-          const __m512i t = _mm512_dpwssd_epi32(S[r][c], _mm512_zextsi256_si512(bs),
-                                                _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), mn)));
-          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(u.d * dx), acc[r][c]);
-        } else {
-          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[r][c]), _mm512_set1_ps(u.d * dx), acc[r][c]);
-          const __m512i M = _mm512_zextsi256_si512(_mm256_madd_epi16(bs, mn));
-          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_set1_ps(-(u.dm * dx)), acc[r][c]);
-        }
-      }
-    }
+constexpr int kPanel = 16;
+
+// One super-block of a panel. Codes are unsigned (IQ4_XS: table value + 128,
+// whose minimum is then 128 * scale); scales per 16 values as int32 lanes
+// (for vpmulld); minimums as int16 pairs (2j, 2j + 1) per lane (for
+// vpdpwssd against the pair of x's bsums).
+struct alignas(64) KPanelSb {
+  uint32_t q[64][kPanel];
+  int32_t sc[16][kPanel];
+  int32_t mn[8][kPanel];
+  float d[kPanel], dm[kPanel];
+};
+
+// Transposes 16 rows of 16 dwords: out[j] holds dword j of a[0..15].
+inline void transpose16(const __m512i a[16], __m512i out[16]) {
+  __m512i t[16], u[16];
+  LLM_UNROLL for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_epi32(a[2 * k], a[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_epi32(a[2 * k], a[2 * k + 1]);
   }
-  LLM_UNROLL for (int c = 0; c < C; ++c)
-    LLM_UNROLL for (int r = 0; r < R; ++r) y[c * ys + r] = hsum16(acc[r][c]);
+  // u[4k + e], 128-bit lane L: dword 4L + e of rows 4k .. 4k + 3.
+  LLM_UNROLL for (int k = 0; k < 4; ++k) {
+    u[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+    u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+  LLM_UNROLL for (int e = 0; e < 4; ++e) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88), v1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xdd);
+    const __m512i w0 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88),
+                  w1 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xdd);
+    out[e] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+    out[8 + e] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
+    out[4 + e] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+    out[12 + e] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
+  }
 }
 
-// x rows per register tile when n > 1: 16 int32 sums, 4 x vectors, the code
-// and scale vectors and a product fit the 32 zmm registers.
-constexpr int kKCols = 4;
+// Rows [0, nr) of a panel from their unpacked super-blocks (row r's block sb
+// at u[r * nsb + sb]); the other rows get zero codes, scales and d. Codes by
+// 16 x 16 dword transposes; scales, minimum pairs and d by gathers.
+void build_panel(DType t, const KUnpacked* u, int nr, int64_t nsb, KPanelSb* out) {
+  const bool signed_codes = k_signed(t);
+  const __mmask16 live = __mmask16((1u << nr) - 1);
+  const __m512i flip = _mm512_set1_epi32(signed_codes ? int(0x80808080u) : 0);  // int8 t -> t + 128
+  const __m512i row_off = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                             _mm512_set1_epi32(int(nsb * int64_t(sizeof(KUnpacked)))));
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    KPanelSb& p = out[sb];
+    const KUnpacked* u0 = u + sb;  // row r at u0 + r * nsb
+    LLM_UNROLL for (int chunk = 0; chunk < 4; ++chunk) {
+      __m512i a[16], o[16];
+      for (int r = 0; r < kPanel; ++r)
+        a[r] = r < nr ? _mm512_xor_si512(_mm512_load_si512(u0[r * nsb].q + 64 * chunk), flip) : zero;
+      transpose16(a, o);
+      LLM_UNROLL for (int g = 0; g < 16; ++g) _mm512_store_si512(p.q[16 * chunk + g], o[g]);
+    }
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(u0);
+    __m512i sc[16];
+    LLM_UNROLL for (int k = 0; k < 16; ++k) {
+      // sv[8k] (and sv[8k + 1], shifted out): the scale of values 16k ...
+      const __m512i v = _mm512_mask_i32gather_epi32(zero, live, row_off, base + offsetof(KUnpacked, sv) + 16 * k, 1);
+      sc[k] = _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16);
+      _mm512_store_si512(p.sc[k], sc[k]);
+    }
+    LLM_UNROLL for (int j = 0; j < 8; ++j) {
+      __m512i m;
+      if (signed_codes)  // minimum 128 * scale
+        m = _mm512_or_si512(_mm512_and_si512(_mm512_slli_epi32(sc[2 * j], 7), _mm512_set1_epi32(0xffff)),
+                            _mm512_slli_epi32(sc[2 * j + 1], 23));
+      else  // mn[2j], mn[2j + 1]: one dword
+        m = _mm512_mask_i32gather_epi32(zero, live, row_off, base + offsetof(KUnpacked, mn) + 4 * j, 1);
+      _mm512_store_si512(p.mn[j], m);
+    }
+    _mm512_store_ps(p.d, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, row_off, base + offsetof(KUnpacked, d), 1));
+    _mm512_store_ps(p.dm,
+                    _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, row_off, base + offsetof(KUnpacked, dm), 1));
+  }
+}
 
-template <int R, bool MinD, bool Signed>
-void k_rows(const KUnpacked* wb, int64_t nsb, const GgmlX& x, int64_t n, float* y, int64_t ys) {
+inline __m512i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// The panel's rows (lanes) against C x rows, x row c at xq + c * xcols (its
+// scales and bsums likewise). Per super-block and (W row, x row):
+//   S = sum over sub-blocks k (SUB values) of sc_k * dot_k (vpdpbusd, then
+//       vpmulld), M = sum over 16-value groups j of mn_j * bsums_j
+//       (vpdpwssd), both exact int32;
+//   MinD:   acc = fma(float(S - M), d * d_x, acc);
+//   others: acc = fma(float(S), d * d_x, acc); acc = fma(float(M), dm * -d_x, acc).
+// This is the family's order for every K-quant (k_gemv gives the same bits).
+template <int SUB, bool MinD, int C>
+void k_panel_tile(const KPanelSb* P, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
+                  int64_t xcols, float* y, int64_t ys, __mmask16 rows) {
+  constexpr int kGroups = SUB / 4;  // 4-value groups per sub-block
+  __m512 acc[C];
+  LLM_UNROLL for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const KPanelSb& p = P[sb];
+    const int8_t* xs = xq + sb * 256;
+    __m512i S[C], D[C];
+    LLM_UNROLL for (int c = 0; c < C; ++c) S[c] = _mm512_setzero_si512();
+    for (int k = 0; k < 256 / SUB; ++k) {
+      LLM_UNROLL for (int c = 0; c < C; ++c) D[c] = _mm512_setzero_si512();
+      LLM_UNROLL for (int g = 0; g < kGroups; ++g) {
+        const int gi = k * kGroups + g;
+        const __m512i wv = _mm512_load_si512(p.q[gi]);
+        LLM_UNROLL for (int c = 0; c < C; ++c) D[c] = _mm512_dpbusd_epi32(D[c], wv, bcast32(xs + c * xcols + 4 * gi));
+      }
+      const __m512i sc = _mm512_load_si512(p.sc[k * (SUB / 16)]);
+      LLM_UNROLL for (int c = 0; c < C; ++c) S[c] = _mm512_add_epi32(S[c], _mm512_mullo_epi32(D[c], sc));
+    }
+    LLM_UNROLL for (int c = 0; c < C; ++c) D[c] = _mm512_setzero_si512();
+    LLM_UNROLL for (int j = 0; j < 8; ++j) {
+      const __m512i mn = _mm512_load_si512(p.mn[j]);
+      LLM_UNROLL for (int c = 0; c < C; ++c)
+        D[c] = _mm512_dpwssd_epi32(D[c], mn, bcast32(xbs + c * (xcols / 16) + sb * 16 + 2 * j));
+    }
+    const __m512 d = _mm512_load_ps(p.d);
+    LLM_UNROLL for (int c = 0; c < C; ++c) {
+      const float dx = xd[c * (xcols / 256) + sb];
+      if constexpr (MinD) {
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(S[c], D[c])), _mm512_mul_ps(d, _mm512_set1_ps(dx)),
+                                 acc[c]);
+      } else {
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[c]), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[c]);
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[c]), _mm512_mul_ps(_mm512_load_ps(p.dm), _mm512_set1_ps(-dx)),
+                                 acc[c]);
+      }
+    }
+  }
+  LLM_UNROLL for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ys, rows, acc[c]);
+}
+
+// x rows per column tile: 8 x (sub-block sums, super-block sums, f32
+// accumulators) = 24 of the 32 zmm registers.
+constexpr int kPanelCols = 8;
+
+template <int SUB, bool MinD>
+void k_panel_rows(const KPanelSb* P, int64_t nsb, const GgmlX& x, int64_t n, float* y, int64_t ys, int nr) {
   const int64_t cols = x.cols;
+  const __mmask16 rows = __mmask16((1u << nr) - 1);
   auto tile = [&](auto cols_tag, int64_t c0) {
     constexpr int C = decltype(cols_tag)::value;
-    k_tile<R, C, MinD, Signed>(wb, nsb, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols,
-                       y + c0 * ys, ys);
+    k_panel_tile<SUB, MinD, C>(P, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols, y + c0 * ys,
+                               ys, rows);
   };
   int64_t c0 = 0;
-  for (; c0 + kKCols <= n; c0 += kKCols) tile(std::integral_constant<int, kKCols>{}, c0);
-  switch (n - c0) {
-    case 3: tile(std::integral_constant<int, 3>{}, c0); break;
-    case 2: tile(std::integral_constant<int, 2>{}, c0); break;
-    case 1: tile(std::integral_constant<int, 1>{}, c0); break;
-    default: break;
+  for (; c0 + kPanelCols <= n; c0 += kPanelCols) tile(std::integral_constant<int, kPanelCols>{}, c0);
+  if (n - c0 >= 4) {
+    tile(std::integral_constant<int, 4>{}, c0);
+    c0 += 4;
   }
+  if (n - c0 >= 2) {
+    tile(std::integral_constant<int, 2>{}, c0);
+    c0 += 2;
+  }
+  if (n - c0 >= 1) tile(std::integral_constant<int, 1>{}, c0);
 }
 
 // --- K-quant decode from the stored blocks ---------------------------------
@@ -306,59 +401,101 @@ struct KRegs<DType::IQ4_XS> {
   __m512i scales(int p) const { return sv_chunk8(sc, p); }
 };
 
-// R rows straight from the stored blocks against C x rows (x row c at
-// xq + c * xcols, its scales and bsums likewise): k_tile's operations for
-// each (row, x row), in its order. pf: the same bytes of a later tile.
+// The totals of the 16 int32 lanes of each of a0..a3, as lanes 0..3.
+inline __m128i lane_totals4(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
+  const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+  const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+  // Each 128-bit lane: partial sums of a0, a1, a2, a3.
+  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+  const __m256i v = _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1));
+  return _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+}
+
+// The same for a0..a3 that hold partial sums of S in their low 256 bits and
+// of M in their high 256 bits: S totals into s, M totals into m.
+inline void lane_totals4_split(__m512i a0, __m512i a1, __m512i a2, __m512i a3, __m128i& s, __m128i& m) {
+  const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+  const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+  s = _mm_add_epi32(_mm512_extracti32x4_epi32(u, 0), _mm512_extracti32x4_epi32(u, 1));
+  m = _mm_add_epi32(_mm512_extracti32x4_epi32(u, 2), _mm512_extracti32x4_epi32(u, 3));
+}
+
+// R (<= 4) rows straight from the stored blocks against C x rows (x row c at
+// xq + c * xcols, its scales and bsums likewise): per super-block, the exact
+// integer S and M of every (row, x row) as k_panel_tile has them (the
+// integers are the same however they are summed), then its f32 operations
+// with the rows in lanes 0..R-1. pf: the same bytes of a later tile.
 template <DType T, int R, int C>
 void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
             int64_t xcols, float* y, int64_t ys, const uint8_t* pf) {
   constexpr bool MinD = k_min_uses_d(T), Signed = k_signed(T);
   constexpr size_t BB = KRegs<T>::kBytes;
-  __m512 acc[R][C];
-  LLM_UNROLL for (int r = 0; r < R; ++r)
-    LLM_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  __m128 acc[C];
+  LLM_UNROLL for (int c = 0; c < C; ++c) acc[c] = _mm_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
+    // Per (row, x row): MinD: 16 lanes summing to S - M; others: 8 lanes
+    // summing to S, then 8 summing to M.
+    __m512i S[4][C];
+    float dr[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dmr[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    LLM_UNROLL for (int r = 0; r < 4; ++r)
+      LLM_UNROLL for (int c = 0; c < C; ++c) S[r][c] = _mm512_setzero_si512();
     LLM_UNROLL for (int r = 0; r < R; ++r) {
       const uint8_t* blk = w + r * rb + size_t(sb) * BB;
       if (pf)
         for (size_t o = 0; o < BB; o += 64)
           _mm_prefetch(reinterpret_cast<const char*>(pf + r * rb + size_t(sb) * BB + o), _MM_HINT_T0);
       const KRegs<T> u(blk);
-      __m512i S[C];
-      LLM_UNROLL for (int c = 0; c < C; ++c) S[c] = _mm512_setzero_si512();
       LLM_UNROLL for (int p = 0; p < 4; ++p) {
         const __m512i wq = u.codes(p), s = u.scales(p);
         if constexpr (Signed) {
+          // |w|, and x negated where w < 0 (x is never -128): pairs of at
+          // most 2 * 127 * 127.
           const __m512i aw = _mm512_abs_epi8(wq);
           const __mmask64 neg = _mm512_movepi8_mask(wq);
           LLM_UNROLL for (int c = 0; c < C; ++c) {
             const __m512i xv = load512(xq + c * xcols + sb * 256 + 64 * p);
             const __m512i xs = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
-            S[c] = _mm512_dpwssd_epi32(S[c], _mm512_maddubs_epi16(aw, xs), s);
+            S[r][c] = _mm512_dpwssd_epi32(S[r][c], _mm512_maddubs_epi16(aw, xs), s);
           }
         } else {
+          // Pairs of at most 2 * 63 * 127: vpmaddubsw never saturates.
           LLM_UNROLL for (int c = 0; c < C; ++c)
-            S[c] = _mm512_dpwssd_epi32(S[c], _mm512_maddubs_epi16(wq, load512(xq + c * xcols + sb * 256 + 64 * p)),
-                                       s);
+            S[r][c] = _mm512_dpwssd_epi32(S[r][c],
+                                          _mm512_maddubs_epi16(wq, load512(xq + c * xcols + sb * 256 + 64 * p)), s);
         }
       }
       LLM_UNROLL for (int c = 0; c < C; ++c) {
         const __m256i bs = load256(xbs + c * (xcols / 16) + sb * 16);
-        const float dx = xd[c * (xcols / 256) + sb];
         if constexpr (MinD) {
-          const __m512i t = _mm512_dpwssd_epi32(S[c], _mm512_zextsi256_si512(bs),
-                                                _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), u.mn)));
-          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(u.d * dx), acc[r][c]);
+          S[r][c] = _mm512_dpwssd_epi32(S[r][c], _mm512_zextsi256_si512(bs),
+                                        _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), u.mn)));
         } else {
-          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[c]), _mm512_set1_ps(u.d * dx), acc[r][c]);
-          const __m512i M = _mm512_zextsi256_si512(_mm256_madd_epi16(bs, u.mn));
-          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_set1_ps(-(u.dm * dx)), acc[r][c]);
+          const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(S[r][c]), _mm512_extracti64x4_epi64(S[r][c], 1));
+          S[r][c] = _mm512_inserti64x4(_mm512_castsi256_si512(s8), _mm256_madd_epi16(bs, u.mn), 1);
         }
+      }
+      dr[r] = u.d;
+      dmr[r] = u.dm;
+    }
+    // Built from registers: 4 scalar stores then a vector load would stall
+    // on store forwarding once per super-block.
+    const __m128 d = _mm_setr_ps(dr[0], dr[1], dr[2], dr[3]);
+    const __m128 dm = _mm_setr_ps(dmr[0], dmr[1], dmr[2], dmr[3]);
+    LLM_UNROLL for (int c = 0; c < C; ++c) {
+      const float dx = xd[c * (xcols / 256) + sb];
+      if constexpr (MinD) {
+        const __m128i t = lane_totals4(S[0][c], S[1][c], S[2][c], S[3][c]);
+        acc[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(t), _mm_mul_ps(d, _mm_set1_ps(dx)), acc[c]);
+      } else {
+        __m128i ts, tm;
+        lane_totals4_split(S[0][c], S[1][c], S[2][c], S[3][c], ts, tm);
+        acc[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(ts), _mm_mul_ps(d, _mm_set1_ps(dx)), acc[c]);
+        acc[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(tm), _mm_mul_ps(dm, _mm_set1_ps(-dx)), acc[c]);
       }
     }
   }
-  LLM_UNROLL for (int c = 0; c < C; ++c)
-    LLM_UNROLL for (int r = 0; r < R; ++r) y[c * ys + r] = hsum16(acc[r][c]);
+  LLM_UNROLL for (int c = 0; c < C; ++c) _mm_mask_storeu_ps(y + c * ys, __mmask8((1u << R) - 1), acc[c]);
 }
 
 // Decode and batched decode up to kDirectBatch x rows: each tile of
@@ -414,23 +551,21 @@ bool k_decode_any(const WeightView& w, const GgmlX& x, int64_t n, float* y, int6
   }
 }
 
-template <bool MinD, bool Signed = false>
+template <int SUB, bool MinD>
 void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   if (n <= kDirectBatch && k_decode_any(w, x, n, y, r0, r1)) return;
   const int64_t nsb = w.cols / 256;
   thread_local std::vector<KUnpacked> buf;
-  if (buf.size() < size_t(kRowTile * nsb)) buf.resize(size_t(kRowTile * nsb));
-  for (int64_t r = r0; r < r1; r += kRowTile) {
-    const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
+  thread_local std::vector<KPanelSb> panel;
+  if (buf.size() < size_t(kPanel * nsb)) buf.resize(size_t(kPanel * nsb));
+  if (panel.size() < size_t(nsb)) panel.resize(size_t(nsb));
+  for (int64_t r = r0; r < r1; r += kPanel) {
+    const int nr = int(std::min<int64_t>(kPanel, r1 - r));
     const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
     const uint8_t* pf = n <= kSmallBatch ? wr + decode_ahead(w) : nullptr;
     unpack_k_rows_avx2(w.dtype, wr, w.row_bytes, nr, 0, nsb, buf.data(), nsb, pf);
-    switch (nr) {
-      case 4: k_rows<4, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
-      case 3: k_rows<3, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
-      case 2: k_rows<2, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
-      default: k_rows<1, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
-    }
+    build_panel(w.dtype, buf.data(), nr, nsb, panel.data());
+    k_panel_rows<SUB, MinD>(panel.data(), nsb, x, n, y + r, w.rows, nr);
   }
 }
 
@@ -665,12 +800,14 @@ void ggml_quads_avx512(DType t, const GgmlX& x, int64_t n, uint8_t* out) {
 
 void matmul_ggml_avx512(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   if (x.act == GgmlAct::Q8_K) {
-    if (k_signed(w.dtype))
-      k_matmul<true, true>(w, x, n, y, r0, r1);
-    else if (k_min_uses_d(w.dtype))
-      k_matmul<true>(w, x, n, y, r0, r1);
-    else
-      k_matmul<false>(w, x, n, y, r0, r1);
+    // Sub-blocks of 32 values with one scale (Q4_K, Q5_K, IQ4_XS) or 16.
+    switch (w.dtype) {
+      case DType::Q4_K:
+      case DType::Q5_K: k_matmul<32, false>(w, x, n, y, r0, r1); break;
+      case DType::IQ4_XS: k_matmul<32, true>(w, x, n, y, r0, r1); break;
+      case DType::Q2_K: k_matmul<16, false>(w, x, n, y, r0, r1); break;
+      default: k_matmul<16, true>(w, x, n, y, r0, r1); break;  // Q3_K, Q6_K
+    }
   } else if (w.dtype == DType::Q5_0) {
     quad_matmul<DType::Q5_0>(w, x, n, y, r0, r1);
   } else {
