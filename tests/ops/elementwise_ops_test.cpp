@@ -1,4 +1,4 @@
-// RMSNorm, RoPE, SwiGLU and softmax against naive double-precision definitions.
+// RMSNorm, RoPE, SwiGLU, GELU and softmax against naive double-precision definitions.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "core/half.h"
 #include "random_vectors.h"
 
 namespace {
@@ -72,4 +73,41 @@ TEST(Ops, SwiGluAndSoftmax) {
     total += p[i];
   }
   EXPECT_NEAR(total, 1.0, 1e-5);
+}
+
+// GELU (tanh form) at every fp16 input, against the formula in double: the
+// input is rounded to fp16 first and the result is rounded to fp16 (ggml's
+// numerics), so the result is within one fp16 rounding of the exact value
+// (plus f32 noise), the clamps hold, and the product with b is exact in f32.
+TEST(Ops, GeluTanhMulAtEveryHalfInput) {
+  std::vector<float> a, b;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float v = llm::f16_to_f32(uint16_t(h));
+    if (std::isnan(v)) continue;
+    a.push_back(v);
+    b.push_back(h % 3 == 0 ? 1.0f : -0.5f);
+  }
+  std::vector<float> out = a;
+  llm::cpu::gelu_tanh_mul(out.data(), b.data(), int64_t(out.size()));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double v = a[i];
+    double g;
+    if (v >= 10.0)
+      g = v;
+    else if (v <= -10.0)
+      g = 0.0;
+    else
+      g = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * v * (1.0 + 0.044715 * v * v)));
+    const float got = out[i] / b[i];
+    ASSERT_EQ(got, llm::f16_to_f32(llm::f32_to_f16(got))) << v;
+    if (std::isinf(v)) {
+      ASSERT_EQ(got, v > 0 ? float(v) : 0.0f);
+      continue;
+    }
+    ASSERT_NEAR(got, g, std::fabs(g) * 1.5e-3 + 1e-6) << v;
+  }
+  // NaN stays NaN.
+  float nan_in = std::nanf(""), one = 1.0f;
+  llm::cpu::gelu_tanh_mul(&nan_in, &one, 1);
+  EXPECT_TRUE(std::isnan(nan_in));
 }

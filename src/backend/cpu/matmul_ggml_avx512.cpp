@@ -365,6 +365,70 @@ struct KRegs<DType::Q6_K> {
   __m512i scales(int p) const { return sv_chunk16(sc, p); }
 };
 
+// Q2_K / Q3_K: codes of values 64p .. 64p + 63 are the 2-bit fields 2j and
+// 2j + 1 (j = 2 (p % 2)) of the 32 bytes qs[32 (p / 2) ..]; Q3_K adds 4 where
+// hmask[l] has bit 4 (p / 2) + j (value in the first half) or that + 1.
+// 16 scales (of 16 values) and 16 minimums (Q3_K: 4 * scale).
+template <bool Three>
+struct KRegs23 {
+  static constexpr size_t kBytes = Three ? 110 : 84;
+  __m512i sc;  // 16 scales as int16
+  __m256i mn;
+  float d, dm;
+  const uint8_t* qs;
+  __m256i hm;
+  explicit KRegs23(const uint8_t* b) : qs(b + (Three ? 32 : 16)) {
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    if constexpr (Three) {
+      // scales[12] at 96: low nibbles of bytes 0..7 (scales 0..7) then their
+      // high nibbles (8..15); 2 high bits of scale k at bits 2 (k / 4) of
+      // byte 8 + k % 4; bias 32.
+      uint64_t lo8;
+      uint32_t hi4;
+      std::memcpy(&lo8, b + 96, 8);
+      std::memcpy(&hi4, b + 104, 4);
+      const __m128i l = _mm_cvtsi64_si128(int64_t(lo8));
+      const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(l, m4), _mm_and_si128(_mm_srli_epi16(l, 4), m4));
+      const __m128i high = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(int(hi4)), _mm_setr_epi32(0, 2, 4, 6)),
+                                         _mm_set1_epi8(3));
+      const __m128i s8 = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+      const __m256i s16 = _mm256_cvtepi8_epi16(s8);
+      sc = _mm512_castsi256_si512(s16);
+      mn = _mm256_slli_epi16(s16, 2);
+      hm = load256(b);
+      d = dm = half_of(b + 108);
+    } else {
+      const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+      sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(s, m4)));
+      mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4));
+      hm = _mm256_setzero_si256();
+      d = half_of(b + 80);
+      dm = half_of(b + 82);
+    }
+  }
+  __m512i codes(int p) const {
+    const int n = p / 2, j = 2 * (p % 2);
+    const __m256i v = load256(qs + 32 * n), m2 = _mm256_set1_epi8(3);
+    __m256i lo = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m2);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j + 2), m2);
+    if constexpr (Three) {
+      const __m256i four = _mm256_set1_epi8(4);
+      lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(hm, _mm256_set1_epi8(char(1 << (4 * n + j)))), lo, four);
+      hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(hm, _mm256_set1_epi8(char(2 << (4 * n + j)))), hi, four);
+    }
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  }
+  __m512i scales(int p) const { return sv_chunk16(sc, p); }
+};
+template <>
+struct KRegs<DType::Q2_K> : KRegs23<false> {
+  using KRegs23<false>::KRegs23;
+};
+template <>
+struct KRegs<DType::Q3_K> : KRegs23<true> {
+  using KRegs23<true>::KRegs23;
+};
+
 template <>
 struct KRegs<DType::IQ4_XS> {
   static constexpr size_t kBytes = 136;
@@ -547,6 +611,8 @@ bool k_decode_any(const WeightView& w, const GgmlX& x, int64_t n, float* y, int6
     case DType::Q5_K: k_decode<DType::Q5_K>(w, x, n, y, r0, r1); return true;
     case DType::Q6_K: k_decode<DType::Q6_K>(w, x, n, y, r0, r1); return true;
     case DType::IQ4_XS: k_decode<DType::IQ4_XS>(w, x, n, y, r0, r1); return true;
+    case DType::Q2_K: k_decode<DType::Q2_K>(w, x, n, y, r0, r1); return true;
+    case DType::Q3_K: k_decode<DType::Q3_K>(w, x, n, y, r0, r1); return true;
     default: return false;
   }
 }
