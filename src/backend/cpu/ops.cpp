@@ -192,12 +192,13 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
     if (s.size() < need) s.resize(need);
 
   auto work = [&](int ith, int nth_run) {
-    int64_t begin, end;
-    ThreadPool::split(a.n * g.n_kv_heads, ith, nth_run, &begin, &end);
     float* att = scratch[size_t(ith)].data();    // [group][len]
     float* acc = att + size_t(group) * size_t(max_len);  // [group][hd]
     float* row = acc + size_t(group) * size_t(hd);       // [hd] dequantized row
-    for (int64_t task = begin; task < end; ++task) {
+    // Tasks (query row, KV head) dealt out in turn: a causal query's cost
+    // grows with its position, so contiguous ranges gave the last thread
+    // about three times the first one's work in a prefill.
+    for (int64_t task = ith; task < a.n * g.n_kv_heads; task += nth_run) {
       const int64_t i = task / g.n_kv_heads;
       const int32_t kvh = int32_t(task % g.n_kv_heads);
       const float* q0 = a.q + i * q_stride + int64_t(kvh) * group * hd;  // first query head of the group
