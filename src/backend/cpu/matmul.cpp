@@ -223,7 +223,24 @@ T* aligned_scratch(std::vector<uint8_t>& v, size_t n) {
 
 // GGUF block types in Fast mode: x quantized as ggml does for the type
 // (matmul_ggml.h), plus the quad layout where the AVX-512 family wants it.
-PreparedX prepare_ggml_x(const WeightView& w, const float* x, int64_t n) {
+// Runs f(r0, r1) over row ranges of [0, n) on the pool when n is a prefill's
+// worth of rows (quantizing x is per row, so the split changes no byte), else
+// on the calling thread.
+template <class F>
+void over_rows(int64_t n, ThreadPool* pool, F&& f) {
+  constexpr int64_t kMinParallelRows = 64;
+  if (pool != nullptr && pool->size() > 1 && n >= kMinParallelRows) {
+    pool->parallel([&](int ith, int nth) {
+      int64_t r0, r1;
+      ThreadPool::split(n, ith, nth, &r0, &r1);
+      if (r0 < r1) f(r0, r1);
+    });
+  } else {
+    f(int64_t(0), n);
+  }
+}
+
+PreparedX prepare_ggml_x(const WeightView& w, const float* x, int64_t n, ThreadPool* pool) {
   PreparedX p;
   p.ggml = true;
   p.avx2 = use_avx2_kernels();
@@ -236,12 +253,19 @@ PreparedX prepare_ggml_x(const WeightView& w, const float* x, int64_t n) {
   float* dp = aligned_scratch<float>(d, nb);
   float* sp = g.act == kern::GgmlAct::Q8_1 ? aligned_scratch<float>(s, nb) : nullptr;
   int16_t* bp = g.act == kern::GgmlAct::Q8_K ? aligned_scratch<int16_t>(bs, nq / 16) : nullptr;
+  const int64_t cols = w.cols, nbr = cols / kern::ggml_act_block(g.act);
+  over_rows(n, pool, [&](int64_t r0, int64_t r1) {
+    int8_t* q = qp + r0 * cols;
+    float* d = dp + r0 * nbr;
+    float* s = sp ? sp + r0 * nbr : nullptr;
+    int16_t* b = bp ? bp + r0 * (cols / 16) : nullptr;
 #if defined(__x86_64__) || defined(_M_X64)
-  if (p.avx2)
-    kern::quantize_ggml_x_avx2(g.act, x, n, w.cols, qp, dp, sp, bp);
-  else
+    if (p.avx2)
+      kern::quantize_ggml_x_avx2(g.act, x + r0 * cols, r1 - r0, cols, q, d, s, b);
+    else
 #endif
-    kern::quantize_ggml_x(g.act, x, n, w.cols, qp, dp, sp, bp);
+      kern::quantize_ggml_x(g.act, x + r0 * cols, r1 - r0, cols, q, d, s, b);
+  });
   g.q = qp;
   g.d = dp;
   g.s = sp;
@@ -251,15 +275,21 @@ PreparedX prepare_ggml_x(const WeightView& w, const float* x, int64_t n) {
   if (p.avx512 && g.act == kern::GgmlAct::Q8_0) {
     thread_local std::vector<uint8_t> quads;
     uint8_t* qd = aligned_scratch<uint8_t>(quads, size_t(n) * size_t(kern::quad_count(w.cols) * kern::kQuadBytes));
-    kern::ggml_quads_avx512(w.dtype, g, n, qd);
+    const int64_t row_bytes = kern::quad_count(w.cols) * kern::kQuadBytes;
+    over_rows(n, pool, [&](int64_t r0, int64_t r1) {
+      kern::GgmlX part = g;
+      part.q += r0 * cols;
+      part.d += r0 * nbr;
+      kern::ggml_quads_avx512(w.dtype, part, r1 - r0, qd + r0 * row_bytes);
+    });
     g.quads = qd;
   }
 #endif
   return p;
 }
 
-PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode mode) {
-  if (mode == MatmulMode::Fast && dtype_is_ggml_block(w.dtype)) return prepare_ggml_x(w, x, n);
+PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode mode, ThreadPool* pool) {
+  if (mode == MatmulMode::Fast && dtype_is_ggml_block(w.dtype)) return prepare_ggml_x(w, x, n, pool);
   PreparedX p;
   p.avx2 = use_avx2_kernels();
   // The AVX-512 family has no Q4M kernels yet: Q4M takes the AVX2 ones (for
@@ -275,7 +305,10 @@ PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode m
     if (quads.size() < bytes + 64) quads.resize(bytes + 64);
     uint8_t* q = quads.data();
     q += (64 - reinterpret_cast<uintptr_t>(q) % 64) % 64;
-    kern::quantize_x_avx512(x, n, w.cols, q, w.dtype == DType::Q8);
+    const int64_t row_bytes = kern::quad_count(w.cols) * kern::kQuadBytes;
+    over_rows(n, pool, [&](int64_t r0, int64_t r1) {
+      kern::quantize_x_avx512(x + r0 * w.cols, r1 - r0, w.cols, q + r0 * row_bytes, w.dtype == DType::Q8);
+    });
     p.xq512 = q;
   }
 #endif
@@ -377,7 +410,7 @@ void matmul_many(const WeightView* ws, float* const* ys, int count, const float*
     return;
   }
   LLM_CHECK(x != nullptr, LLM_ERR_INVALID_ARGUMENT, "matmul: null x");
-  const PreparedX p = prepare_x(ws[0], x, n, mode);
+  const PreparedX p = prepare_x(ws[0], x, n, mode, pool);
   // The matrices' row tiles, end to end, split evenly between the threads: one
   // hand-off and one wait for all of them.
   auto tile_range = [&](int64_t t0, int64_t t1) {
