@@ -66,14 +66,6 @@ namespace llm::cpu::rows::avx2 {
 
 namespace {
 
-// Sums each of the 8 vectors and returns [sum(a[0]), ..., sum(a[7])]: lanes
-// are added pairwise inside each vector (hadd), then the 128-bit halves.
-inline __m256 transpose_sum8(const __m256 (&a)[8]) {
-  const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
-}
-
 // e^x for x <= 0 (softmax inputs after subtracting the maximum): x = n ln2 + r
 // with |r| <= ln2 / 2, e^r by a degree-7 polynomial (relative error about
 // 2e-7), 2^n through the exponent bits. Inputs below -87 give e^-87, which
@@ -106,25 +98,66 @@ void f16_row_to_f32(const uint16_t* src, float* dst, int32_t n) {
   for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
 
+namespace {
+
+// [sum(a[0]), .., sum(a[3])]: lanes added pairwise inside each vector
+// (hadd), then the 128-bit halves: ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
+inline __m128 transpose_sum4(const __m256 (&a)[4]) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+// Scores of rows u0 .. u0 + 3 for query heads j (and j + 1 when Two): the K
+// loads are shared by the two heads. Each score sees the same operations as
+// whatever the head count: fma over d in order, then transpose_sum4's order.
+template <bool Two>
+inline void scores4(const float* qj, int32_t hd, const float* k, int u0, float scale, __m128& s0, __m128& s1) {
+  __m256 a0[4], a1[4];
+  for (int u = 0; u < 4; ++u) a0[u] = a1[u] = _mm256_setzero_ps();
+  for (int32_t d = 0; d < hd; d += 8) {
+    const __m256 q0 = _mm256_loadu_ps(qj + d);
+    const __m256 q1 = Two ? _mm256_loadu_ps(qj + hd + d) : q0;
+    for (int u = 0; u < 4; ++u) {
+      const __m256 kv = _mm256_loadu_ps(k + int64_t(u0 + u) * hd + d);
+      a0[u] = _mm256_fmadd_ps(q0, kv, a0[u]);
+      if (Two) a1[u] = _mm256_fmadd_ps(q1, kv, a1[u]);
+    }
+  }
+  s0 = _mm_mul_ps(transpose_sum4(a0), _mm_set1_ps(scale));
+  if (Two) s1 = _mm_mul_ps(transpose_sum4(a1), _mm_set1_ps(scale));
+}
+
+inline void store_scores(float* out, __m128 lo, __m128 hi, int32_t nr) {
+  if (nr == 8) {
+    _mm_storeu_ps(out, lo);
+    _mm_storeu_ps(out + 4, hi);
+    return;
+  }
+  alignas(32) float tmp[8];
+  _mm_store_ps(tmp, lo);
+  _mm_store_ps(tmp + 4, hi);
+  for (int32_t u = 0; u < nr; ++u) out[u] = tmp[u];
+}
+
+}  // namespace
+
 void scores8(const float* q, int32_t n_q, int32_t hd, const float* k, int32_t nr, float scale, float* att,
              int64_t att_stride) {
-  for (int32_t j = 0; j < n_q; ++j) {
+  int32_t j = 0;
+  for (; j + 2 <= n_q; j += 2) {
     const float* qj = q + int64_t(j) * hd;
-    __m256 acc[8];
-    for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
-    for (int32_t d = 0; d < hd; d += 8) {
-      const __m256 qv = _mm256_loadu_ps(qj + d);
-      for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + int64_t(u) * hd + d), acc[u]);
-    }
-    const __m256 s = _mm256_mul_ps(transpose_sum8(acc), _mm256_set1_ps(scale));
-    float* out = att + int64_t(j) * att_stride;
-    if (nr == 8) {
-      _mm256_storeu_ps(out, s);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, s);
-      for (int32_t u = 0; u < nr; ++u) out[u] = tmp[u];
-    }
+    __m128 lo0, lo1, hi0, hi1;
+    scores4<true>(qj, hd, k, 0, scale, lo0, lo1);
+    scores4<true>(qj, hd, k, 4, scale, hi0, hi1);
+    store_scores(att + int64_t(j) * att_stride, lo0, hi0, nr);
+    store_scores(att + int64_t(j + 1) * att_stride, lo1, hi1, nr);
+  }
+  if (j < n_q) {
+    const float* qj = q + int64_t(j) * hd;
+    __m128 lo, hi, unused;
+    scores4<false>(qj, hd, k, 0, scale, lo, unused);
+    scores4<false>(qj, hd, k, 4, scale, hi, unused);
+    store_scores(att + int64_t(j) * att_stride, lo, hi, nr);
   }
 }
 
@@ -155,7 +188,38 @@ void softmax(float* x, int64_t n) {
 }
 
 void pv8(const float* w, int64_t w_stride, int32_t n_q, int32_t hd, const float* v, int32_t nr, float* acc) {
-  for (int32_t j = 0; j < n_q; ++j) {
+  // Two query heads at a time share each load of V; every element of acc
+  // still takes its fmas in order of u.
+  int32_t j = 0;
+  for (; j + 2 <= n_q; j += 2) {
+    const float* w0 = w + int64_t(j) * w_stride;
+    const float* w1 = w0 + w_stride;
+    float* a0p = acc + int64_t(j) * hd;
+    float* a1p = a0p + hd;
+    for (int32_t d0 = 0; d0 < hd; d0 += 32) {
+      const int32_t nv = std::min<int32_t>(4, (hd - d0) / 8);
+      __m256 a0[4], a1[4];
+      for (int32_t t = 0; t < 4; ++t) {
+        a0[t] = t < nv ? _mm256_loadu_ps(a0p + d0 + 8 * t) : _mm256_setzero_ps();
+        a1[t] = t < nv ? _mm256_loadu_ps(a1p + d0 + 8 * t) : _mm256_setzero_ps();
+      }
+      for (int32_t u = 0; u < nr; ++u) {
+        const __m256 wu0 = _mm256_set1_ps(w0[u]), wu1 = _mm256_set1_ps(w1[u]);
+        const float* vu = v + int64_t(u) * hd + d0;
+        for (int32_t t = 0; t < 4; ++t)
+          if (t < nv) {
+            const __m256 vv = _mm256_loadu_ps(vu + 8 * t);
+            a0[t] = _mm256_fmadd_ps(wu0, vv, a0[t]);
+            a1[t] = _mm256_fmadd_ps(wu1, vv, a1[t]);
+          }
+      }
+      for (int32_t t = 0; t < nv; ++t) {
+        _mm256_storeu_ps(a0p + d0 + 8 * t, a0[t]);
+        _mm256_storeu_ps(a1p + d0 + 8 * t, a1[t]);
+      }
+    }
+  }
+  for (; j < n_q; ++j) {
     const float* wj = w + int64_t(j) * w_stride;
     float* aj = acc + int64_t(j) * hd;
     for (int32_t d0 = 0; d0 < hd; d0 += 64) {
