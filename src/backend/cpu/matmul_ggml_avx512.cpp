@@ -3,18 +3,21 @@
 // use_avx512_kernels() said yes. Q5_1 is not here: the dispatcher hands it to
 // the AVX2 kernels (ggml_avx512_runs), for decode and prefill alike.
 //
-// As in matmul_ggml_avx2.cpp, a tile of kRowTile W rows is unpacked once (by
-// the AVX2 unpackers: exact integers, so which code unpacks does not matter)
-// and every x row runs over it in register tiles of R W rows x C x rows.
-//
-// K-quants (Q8_K activations). Per super-block and (W row, x row):
-//   for each 64 values p: S = vpdpwssd(S, vpmaddubsw(u, q), sv[p]) (16 int32
-//     lanes; the int16 pairs are at most 2 * 63 * 127);
-//   Q3_K, Q6_K: T = vpdpwssd(S, bsums, -mn) (lanes 0..7 take -sum mn * bsums),
-//     acc = fma(float(T), d * d_x, acc);
-//   others:     acc = fma(float(S), d * d_x, acc), then
-//               acc = fma(float(vpmaddwd(bsums, mn)), -(dm * d_x), acc) (lanes 0..7);
-//   the output is hsum16(acc).
+// K-quants (Q8_K activations). The family's order, per (W row, x row) and
+// super-block: S = sum over sub-blocks k of sc_k * dot_k and M = sum over
+// 16-value groups j of mn_j * bsums_j, both exact int32 (IQ4_XS: codes + 128
+// with mn_j = 128 * sc_j, the same S - M), then
+//   Q3_K, Q6_K, IQ4_XS: acc = fma(float(S - M), d * d_x, acc);
+//   Q2_K, Q4_K, Q5_K:   acc = fma(float(S), d * d_x, acc);
+//                       acc = fma(float(M), dm * -d_x, acc);
+// and the output is acc. Prefill (more than kDirectBatch x rows) unpacks 16
+// W rows once per call into a panel (by the AVX2 unpackers: exact integers,
+// so which code unpacks does not matter) with the rows in lanes: vpdpbusd of
+// 4 codes per row against 4 bytes of an x row broadcast, vpmulld by the
+// sub-block's scales, vpdpwssd of minimum pairs against bsum pairs. Decode
+// reads the stored blocks in registers (KRegs), sums the same integers over
+// the lanes of vpmaddubsw / vpdpwssd and does the same f32 operations with
+// 4 rows in lanes.
 // Q5_0, IQ4_NL (Q8_0 activations): the quad layout of gemm_kernels.h, 4
 //   blocks per step. W codes are unsigned with a bias (Q5_0: the 5-bit code,
 //   bias 16; IQ4_NL: table value + 128); x's quads start each dot from
