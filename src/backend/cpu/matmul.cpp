@@ -221,8 +221,6 @@ T* aligned_scratch(std::vector<uint8_t>& v, size_t n) {
   return reinterpret_cast<T*>(p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64);
 }
 
-// GGUF block types in Fast mode: x quantized as ggml does for the type
-// (matmul_ggml.h), plus the quad layout where the AVX-512 family wants it.
 // Runs f(r0, r1) over row ranges of [0, n) on the pool when n is a prefill's
 // worth of rows (quantizing x is per row, so the split changes no byte), else
 // on the calling thread.
@@ -240,6 +238,8 @@ void over_rows(int64_t n, ThreadPool* pool, F&& f) {
   }
 }
 
+// GGUF block types in Fast mode: x quantized as ggml does for the type
+// (matmul_ggml.h), plus the quad layout where the AVX-512 family wants it.
 PreparedX prepare_ggml_x(const WeightView& w, const float* x, int64_t n, ThreadPool* pool) {
   PreparedX p;
   p.ggml = true;

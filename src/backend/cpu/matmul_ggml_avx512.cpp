@@ -254,8 +254,8 @@ void k_panel_rows(const KPanelSb* P, int64_t nsb, const GgmlX& x, int64_t n, flo
 // KUnpacked buffer and reading that back costs more than the dot itself.
 // KRegs<T> decodes one stored super-block into registers instead: the same
 // codes, int16 scale lanes, minimums and d / dm as unpack_k_ref (KUnpacked),
-// so k_gemv below runs k_tile's operations in k_tile's order and gives its
-// bits (GgufMatmul.BatchAndThreadInvariantAndManyEqualsOneByOne).
+// so k_gemv below reaches the panels' integers S and M and does their f32
+// operations: the same bits (GgufMatmul.BatchAndThreadInvariantAndManyEqualsOneByOne).
 
 inline float half_of(const uint8_t* p) {
   uint16_t h;
