@@ -206,7 +206,7 @@ void k_panel_tile(const KPanelSb* P, int64_t nsb, const int8_t* xq, const float*
       LLM_UNROLL for (int c = 0; c < C; ++c)
         D[c] = _mm512_dpwssd_epi32(D[c], mn, bcast32(xbs + c * (xcols / 16) + sb * 16 + 2 * j));
     }
-    const __m512 d = _mm512_load_ps(p.d);
+    const __m512 d = _mm512_load_ps(p.d), dm = _mm512_load_ps(p.dm);
     LLM_UNROLL for (int c = 0; c < C; ++c) {
       const float dx = xd[c * (xcols / 256) + sb];
       if constexpr (MinD) {
@@ -214,7 +214,7 @@ void k_panel_tile(const KPanelSb* P, int64_t nsb, const int8_t* xq, const float*
                                  acc[c]);
       } else {
         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[c]), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[c]);
-        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[c]), _mm512_mul_ps(_mm512_load_ps(p.dm), _mm512_set1_ps(-dx)),
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(D[c]), _mm512_mul_ps(dm, _mm512_set1_ps(-dx)),
                                  acc[c]);
       }
     }
@@ -477,12 +477,18 @@ struct KRegs<DType::IQ4_XS> {
   __m512i scales(int p) const { return sv_chunk8(sc, p); }
 };
 
-// The totals of the 16 int32 lanes of each of a0..a3, as lanes 0..3.
-inline __m128i lane_totals4(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
+// Sums of the 16 int32 lanes of each of a0..a3 within each 128-bit lane:
+// 128-bit lane L of the result holds [a0, a1, a2, a3]'s partial sums over
+// their own 128-bit lane L.
+inline __m512i lane_partials4(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
   const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
   const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
-  // Each 128-bit lane: partial sums of a0, a1, a2, a3.
-  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+}
+
+// The totals of the 16 int32 lanes of each of a0..a3, as lanes 0..3.
+inline __m128i lane_totals4(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
+  const __m512i u = lane_partials4(a0, a1, a2, a3);
   const __m256i v = _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1));
   return _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
 }
@@ -490,9 +496,7 @@ inline __m128i lane_totals4(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
 // The same for a0..a3 that hold partial sums of S in their low 256 bits and
 // of M in their high 256 bits: S totals into s, M totals into m.
 inline void lane_totals4_split(__m512i a0, __m512i a1, __m512i a2, __m512i a3, __m128i& s, __m128i& m) {
-  const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
-  const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
-  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+  const __m512i u = lane_partials4(a0, a1, a2, a3);
   s = _mm_add_epi32(_mm512_extracti32x4_epi32(u, 0), _mm512_extracti32x4_epi32(u, 1));
   m = _mm_add_epi32(_mm512_extracti32x4_epi32(u, 2), _mm512_extracti32x4_epi32(u, 3));
 }
