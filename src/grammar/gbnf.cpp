@@ -397,7 +397,23 @@ class Parser {
       } else if (c == '*' || c == '+' || c == '?') {
         ++i_;
         if (last == size_t(-1)) error_at(off, "'%c' without an item before it", c);
-        repeat(seq, last, c == '+' ? 1 : 0, c == '?' ? 1 : ~0u, off);
+        // A run of these quantifiers is one: x+* = x*, x?+ = x*, x++ = x+,
+        // x?? = x?. Nested nullable loops would only give the matcher many
+        // paths to every state.
+        uint32_t lo = c == '+' ? 1 : 0, hi = c == '?' ? 1 : ~0u;
+        for (;;) {
+          const size_t save = i_;
+          skip_space(nested);
+          const char d = peek();
+          if (d != '*' && d != '+' && d != '?') {
+            i_ = save;
+            break;
+          }
+          ++i_;
+          lo = std::min<uint32_t>(lo, d == '+' ? 1 : 0);
+          hi = (hi == ~0u || d != '?') ? ~0u : 1;
+        }
+        repeat(seq, last, lo, hi, off);
       } else if (c == '{') {
         ++i_;
         if (last == size_t(-1)) error_at(off, "'{' without an item before it");

@@ -27,6 +27,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string_view>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "grammar/grammar.h"
@@ -83,9 +85,22 @@ inline bool capped() {
   return false;
 }
 
+// Work one expansion step may do, in stack frames copied (a Ref expanded in a
+// stack of depth d costs d per alternative, plus d for the set of expanded
+// stacks). Shared by every expand() of one step, so a grammar of nested
+// nullable repetitions ((x*)*)* cannot multiply it by the stack count.
+constexpr size_t kMaxExpandWork = size_t(1) << 20;
+
+struct StackHash {
+  size_t operator()(const Stack& s) const {
+    return std::hash<std::string_view>()(
+        std::string_view(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(uint32_t)));
+  }
+};
+
 // Expands `s` until every stack top is a terminal, appending to `out`.
-// False when a cap is hit.
-bool expand(const Grammar& g, Stack s, std::vector<Stack>& out) {
+// False when a cap is hit; `work` is the step's remaining kMaxExpandWork.
+bool expand(const Grammar& g, Stack s, std::vector<Stack>& out, size_t& work) {
   if (!s.empty()) {
     const Op op = g.elems[s.back()].op;
     if (op != Op::End && op != Op::Ref) {  // the common case: already a terminal
@@ -94,7 +109,9 @@ bool expand(const Grammar& g, Stack s, std::vector<Stack>& out) {
     }
   }
   thread_local std::vector<Stack> todo;
-  thread_local std::vector<Stack> seen;  // stacks whose top Ref was expanded already (tail-call cycles)
+  // Stacks whose top Ref was expanded already (tail-call cycles, and the many
+  // paths to one stack through nested nullable rules).
+  thread_local std::unordered_set<Stack, StackHash> seen;
   todo.clear();
   seen.clear();
   todo.push_back(std::move(s));
@@ -117,9 +134,13 @@ bool expand(const Grammar& g, Stack s, std::vector<Stack>& out) {
         add_stack(out, std::move(st));
         break;
       }
-      if (std::find(seen.begin(), seen.end(), st) != seen.end()) break;
+      if (st.size() + 1 > work) return capped();
+      work -= st.size() + 1;
+      if (!seen.insert(st).second) break;
       if (++n_expanded > kMaxExpand) return capped();
-      seen.push_back(st);
+      const size_t cost = g.rules[e.arg].alts.size() * (st.size() + 1);
+      if (cost > work) return capped();
+      work -= cost;
       if (g.elems[p + 1].op == Op::End)
         st.pop_back();  // tail call: nothing to return to
       else
@@ -137,16 +158,22 @@ bool expand(const Grammar& g, Stack s, std::vector<Stack>& out) {
   return true;
 }
 
+bool expand(const Grammar& g, Stack s, std::vector<Stack>& out) {
+  size_t work = kMaxExpandWork;
+  return expand(g, std::move(s), out, work);
+}
+
 // Stacks after matching code point cp.
 bool advance_cp(const Grammar& g, const std::vector<Stack>& in, uint32_t cp, std::vector<Stack>& out) {
   out.clear();
+  size_t work = kMaxExpandWork;
   for (const Stack& s : in) {
     if (s.empty()) continue;
     const Element e = g.elems[s.back()];
     if (e.op != Op::Chars || !g.charsets[e.arg].contains(cp)) continue;
     Stack ns = s;
     ns.back() += 1;
-    if (!expand(g, std::move(ns), out)) {
+    if (!expand(g, std::move(ns), out, work)) {
       out.clear();
       return false;
     }
@@ -573,8 +600,9 @@ Matcher::Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const V
 void Matcher::reset() {
   const Grammar& g = *grammar_;
   State s;
+  size_t work = detail::kMaxExpandWork;
   for (uint32_t a : g.rules[g.root].alts)
-    LLM_CHECK(detail::expand(g, Stack{a}, s.stacks), LLM_ERR_INVALID_ARGUMENT,
+    LLM_CHECK(detail::expand(g, Stack{a}, s.stacks, work), LLM_ERR_INVALID_ARGUMENT,
               "grammar: the start state is over the matcher's limits");
   detail::normalize(s.stacks);
   LLM_CHECK(s.stacks.size() <= detail::kMaxStacks, LLM_ERR_INVALID_ARGUMENT,
@@ -615,13 +643,14 @@ bool Matcher::advance_token(int32_t token, State& out) const {
   }
   // Token elements.
   if (state_.partial.need == 0 && out.partial.need == 0) {
+    size_t work = detail::kMaxExpandWork;
     for (const Stack& s : state_.stacks) {
       if (s.empty()) continue;
       const Element e = g.elems[s.back()];
       if (!detail::token_elem_matches(*cache_, e, token, v)) continue;
       Stack ns = s;
       ns.back() += 1;
-      if (!detail::expand(g, std::move(ns), out.stacks)) return false;
+      if (!detail::expand(g, std::move(ns), out.stacks, work)) return false;
     }
     detail::normalize(out.stacks);
     if (out.stacks.size() > detail::kMaxStacks) return detail::capped();

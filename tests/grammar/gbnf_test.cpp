@@ -77,6 +77,25 @@ TEST(Gbnf, Repetition) {
   EXPECT_FALSE(accepts(opt, "aab"));
 }
 
+TEST(Gbnf, QuantifierRunsAreOneQuantifier) {
+  // (x+)* = x*, (x?)+ = x*, (x+)+ = x+, (x?)? = x?, spaces allowed between.
+  for (const char* q : {"+*", "*+", "?*", "*?", "+?", "?+", "**", "* ?", "+*+*+"}) {
+    auto g = G(std::string("root ::= \"a\"") + q + " \"b\"");
+    EXPECT_TRUE(accepts(g, "b")) << q;
+    EXPECT_TRUE(accepts(g, "aaab")) << q;
+    EXPECT_FALSE(accepts(g, "aa")) << q;
+    EXPECT_EQ(g->rules.size(), G("root ::= \"a\"* \"b\"")->rules.size()) << q;
+  }
+  auto plus = G("root ::= \"a\"++ \"b\"");
+  EXPECT_FALSE(accepts(plus, "b"));
+  EXPECT_TRUE(accepts(plus, "aab"));
+  auto opt = G("root ::= \"a\"?? \"b\"");
+  EXPECT_TRUE(accepts(opt, "b"));
+  EXPECT_TRUE(accepts(opt, "ab"));
+  EXPECT_FALSE(accepts(opt, "aab"));
+  EXPECT_EQ(opt->rules.size(), G("root ::= \"a\"? \"b\"")->rules.size());
+}
+
 TEST(Gbnf, RepetitionBounds) {
   auto exact = G("root ::= [0-9]{3}");
   EXPECT_TRUE(accepts(exact, "123"));

@@ -117,6 +117,43 @@ TEST(Matcher, StackSetIsBounded) {
   EXPECT_LE(m.n_stacks(), 1024u);
 }
 
+std::string nested_loops(int depth) {
+  std::string text = "root ::= ";
+  for (int i = 0; i < depth; ++i) text += "(";
+  text += "[ab]";
+  for (int i = 0; i < depth; ++i) text += i % 3 == 0 ? ")+" : ")*";
+  return text + " \"!\"";
+}
+
+TEST(Matcher, NestedNullableLoopsStayExact) {
+  // ((((a)*)*)*)... : every level may loop or leave after each "a", so the
+  // paths to one stack multiply with the depth; the matcher must keep one
+  // copy of each stack and match exactly.
+  auto v = byte_vocab();
+  Matcher m(parse_gbnf(nested_loops(12)), v);
+  for (char c : std::string("abba")) {
+    ASSERT_TRUE(m.allows(uint8_t(c))) << c;
+    m.accept(uint8_t(c));
+    EXPECT_LE(m.n_stacks(), 64u);
+    EXPECT_TRUE(masks_equal(m, *v));
+  }
+  EXPECT_FALSE(m.allows('c'));
+  m.accept('!');
+  EXPECT_TRUE(m.ended());
+  // Twice as deep, the distinct stacks outgrow the caps: a clear refusal,
+  // after bounded work, at the first step.
+  Matcher deep(parse_gbnf(nested_loops(24)), v);
+  const uint64_t caps = Matcher::cap_hits();
+  EXPECT_FALSE(deep.allows('a'));
+  EXPECT_GT(Matcher::cap_hits(), caps);
+  try {
+    deep.accept('a');
+    ADD_FAILURE() << "accepted past the caps";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), LLM_ERR_INVALID_ARGUMENT);
+  }
+}
+
 TEST(Matcher, DeepNestingIsBounded) {
   Matcher m(json_grammar(), byte_vocab());
   bool threw = false;
