@@ -141,6 +141,12 @@ std::vector<uint8_t> encode_metadata(const ModelConfig& c, const VocabData& v,
   e.f64("spec.rope_freq_scale", b.rope_freq_scale);
   e.f64("spec.rope_freq_scale_local", b.rope_freq_scale_local);
   e.i64("spec.rope_factors", b.rope_factors ? 1 : 0);
+  e.i64("spec.rope_longrope", b.rope_longrope ? 1 : 0);
+  e.f64("spec.rope_yarn_ext", b.rope_yarn_ext);
+  e.f64("spec.rope_yarn_beta_fast", b.rope_yarn_beta_fast);
+  e.f64("spec.rope_yarn_beta_slow", b.rope_yarn_beta_slow);
+  e.i64("spec.rope_orig_ctx", b.rope_orig_ctx);
+  e.f64("spec.rope_mscale", b.rope_mscale);
   e.f64("spec.attn_scale", b.attn_scale);
   e.f64("spec.attn_softcap", b.attn_softcap);
   e.f64("spec.final_softcap", b.final_softcap);

@@ -596,6 +596,7 @@ ModelSource gguf_to_model_source(const GgufFile& gguf, std::shared_ptr<MappedFil
     src.tensors.push_back(std::move(td));
   }
   c.spec.rope_factors = src.find("rope_freqs.weight") != nullptr;
+  c.spec.rope_longrope = src.find("rope_factors_long.weight") != nullptr || src.find("rope_factors_short.weight") != nullptr;
   return src;
 }
 

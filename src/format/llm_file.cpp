@@ -153,6 +153,12 @@ void decode_metadata(const uint8_t* data, size_t size, ModelSource* src) {
     else if (key == "spec.rope_freq_scale") c.spec.rope_freq_scale = get_f32();
     else if (key == "spec.rope_freq_scale_local") c.spec.rope_freq_scale_local = get_f32();
     else if (key == "spec.rope_factors") c.spec.rope_factors = get_i64() != 0;
+    else if (key == "spec.rope_longrope") c.spec.rope_longrope = get_i64() != 0;
+    else if (key == "spec.rope_yarn_ext") c.spec.rope_yarn_ext = get_f32();
+    else if (key == "spec.rope_yarn_beta_fast") c.spec.rope_yarn_beta_fast = get_f32();
+    else if (key == "spec.rope_yarn_beta_slow") c.spec.rope_yarn_beta_slow = get_f32();
+    else if (key == "spec.rope_orig_ctx") c.spec.rope_orig_ctx = get_i32(0);
+    else if (key == "spec.rope_mscale") c.spec.rope_mscale = get_f32();
     else if (key == "spec.attn_scale") c.spec.attn_scale = get_f32();
     else if (key == "spec.attn_softcap") c.spec.attn_softcap = get_f32();
     else if (key == "spec.final_softcap") c.spec.final_softcap = get_f32();

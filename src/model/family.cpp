@@ -58,18 +58,51 @@ void read_common_hparams(const HParams& hp, ModelConfig& c) {
   LLM_CHECK(n_rot % 2 == 0, LLM_ERR_FORMAT, "%s.rope.dimension_count %lld is odd", a.c_str(), (long long)n_rot);
   c.spec.rope_dims = int32_t(n_rot);
 
-  // RoPE scaling: linear is a position scale; YaRN and LongRoPE change the
-  // frequencies in ways this engine does not implement yet, so they are
-  // refused rather than ignored.
+  // RoPE scaling (llama.cpp's keys and meaning): linear is a position scale;
+  // YaRN blends scaled and unscaled frequencies per pair (family.h) and
+  // scales q and k; LongRoPE's factors are tensors (the model builder reads
+  // them), its attention factor is rope.scaling.attn_factor. A key that
+  // would change the math in a way not implemented here is refused.
   const std::string scaling = hp.text("rope.scaling.type");
   double factor = hp.number("rope.scaling.factor", false, 0.0);
   if (factor == 0.0) factor = hp.number("rope.scale_linear", false, 0.0);
-  LLM_CHECK(scaling.empty() || scaling == "none" || scaling == "linear", LLM_ERR_UNSUPPORTED,
-            "%s.rope.scaling.type '%s' is not supported (none, linear)", a.c_str(), scaling.c_str());
-  if (scaling != "none" && factor != 0.0) {
-    LLM_CHECK(factor > 0.0, LLM_ERR_FORMAT, "%s.rope.scaling.factor %g must be positive", a.c_str(), factor);
-    c.spec.rope_freq_scale = float(1.0 / factor);
+  LLM_CHECK(scaling.empty() || scaling == "none" || scaling == "linear" || scaling == "yarn" || scaling == "longrope",
+            LLM_ERR_UNSUPPORTED, "%s.rope.scaling.type '%s' is not supported (none, linear, yarn, longrope)", a.c_str(),
+            scaling.c_str());
+  LLM_CHECK(std::isfinite(factor) && factor >= 0.0, LLM_ERR_FORMAT, "%s.rope.scaling.factor %g must be positive",
+            a.c_str(), factor);
+  if (scaling != "none" && factor != 0.0) c.spec.rope_freq_scale = float(1.0 / factor);
+  const int64_t orig = hp.integer("rope.scaling.original_context_length", 1, kMaxI32, false, c.seq_len);
+  c.spec.rope_orig_ctx = int32_t(orig);
+  double mscale = hp.number("rope.scaling.attn_factor", false, 1.0);
+  LLM_CHECK(std::isfinite(mscale) && mscale > 0.0, LLM_ERR_FORMAT, "%s.rope.scaling.attn_factor %g must be positive",
+            a.c_str(), mscale);
+  const double log_mul = hp.number("rope.scaling.yarn_log_multiplier", false, 0.0);
+  LLM_CHECK(log_mul == 0.0, LLM_ERR_UNSUPPORTED, "%s.rope.scaling.yarn_log_multiplier %g is not supported", a.c_str(),
+            log_mul);
+  if (scaling == "yarn") {
+    const double ext = hp.number("rope.scaling.yarn_ext_factor", false, 1.0);
+    const double fast = hp.number("rope.scaling.yarn_beta_fast", false, 32.0);
+    const double slow = hp.number("rope.scaling.yarn_beta_slow", false, 1.0);
+    LLM_CHECK(std::isfinite(ext) && ext >= 0.0 && ext <= 1.0, LLM_ERR_FORMAT,
+              "%s.rope.scaling.yarn_ext_factor %g is outside [0, 1]", a.c_str(), ext);
+    LLM_CHECK(std::isfinite(fast) && std::isfinite(slow) && fast > 0.0 && slow > 0.0 && fast >= slow, LLM_ERR_FORMAT,
+              "%s.rope.scaling.yarn_beta_fast %g / yarn_beta_slow %g must be positive, fast >= slow", a.c_str(), fast,
+              slow);
+    c.spec.rope_yarn_ext = float(ext);
+    c.spec.rope_yarn_beta_fast = float(fast);
+    c.spec.rope_yarn_beta_slow = float(slow);
+    // The magnitude correction: the file's own value when it has one (HF's
+    // attention_factor), else 1 + 0.1 ln(factor).
+    double m = factor > 1.0 ? 1.0 + 0.1 * std::log(factor) : 1.0;
+    if (hp.has("rope.scaling.yarn_attn_factor")) {
+      m = hp.number("rope.scaling.yarn_attn_factor", true, 1.0);
+      LLM_CHECK(std::isfinite(m) && m > 0.0, LLM_ERR_FORMAT, "%s.rope.scaling.yarn_attn_factor %g must be positive",
+                a.c_str(), m);
+    }
+    mscale *= m;
   }
+  c.spec.rope_mscale = float(mscale);
 }
 
 void set_window_pattern(ModelConfig& c, int64_t w, bool (*on)(int32_t, int32_t)) {
@@ -88,12 +121,18 @@ void validate_spec(const ModelConfig& c) {
   LLM_CHECK(s.window.empty() || s.window.size() == size_t(c.n_layers), LLM_ERR_FORMAT,
             "%s: %zu sliding-window entries for %d layers", a, s.window.size(), c.n_layers);
   for (int32_t w : s.window) LLM_CHECK(w >= 0, LLM_ERR_FORMAT, "%s: sliding window %d is negative", a, w);
-  const float fs[] = {s.rope_base_local, s.rope_freq_scale, s.attn_scale, s.attn_softcap, s.final_softcap,
-                      s.embed_scale, s.norm_offset};
+  const float fs[] = {s.rope_base_local, s.rope_freq_scale, s.attn_scale,         s.attn_softcap,
+                      s.final_softcap,   s.embed_scale,     s.norm_offset,        s.rope_yarn_ext,
+                      s.rope_yarn_beta_fast, s.rope_yarn_beta_slow, s.rope_mscale};
   for (float f : fs) LLM_CHECK(std::isfinite(f), LLM_ERR_FORMAT, "%s: a model constant is not finite", a);
   LLM_CHECK(s.rope_base_local >= 0 && s.rope_freq_scale > 0 && s.attn_scale >= 0 && s.attn_softcap >= 0 &&
                 s.final_softcap >= 0 && s.embed_scale > 0,
             LLM_ERR_FORMAT, "%s: a RoPE base, scale or softcap is negative", a);
+  LLM_CHECK(s.rope_yarn_ext >= 0 && s.rope_yarn_ext <= 1 && s.rope_yarn_beta_slow > 0 &&
+                s.rope_yarn_beta_fast >= s.rope_yarn_beta_slow && s.rope_mscale > 0,
+            LLM_ERR_FORMAT, "%s: a YaRN parameter or RoPE attention factor is out of range", a);
+  LLM_CHECK((s.rope_yarn_ext == 0 && !s.rope_longrope) || s.rope_orig_ctx > 0, LLM_ERR_FORMAT,
+            "%s: YaRN and LongRoPE need the original context length", a);
   LLM_CHECK(int32_t(s.act) >= 0 && int32_t(s.act) <= int32_t(Activation::GeluTanh), LLM_ERR_FORMAT,
             "%s: unknown activation %d", a, int(s.act));
   LLM_CHECK(int32_t(s.rope_kind) >= 0 && int32_t(s.rope_kind) <= int32_t(RopeKind::NeoX), LLM_ERR_FORMAT,
@@ -109,7 +148,8 @@ std::string non_llama_feature(const ModelSource& src) {
   const BlockSpec& s = c.spec;
   if (s.rope_kind != RopeKind::Interleaved) return "NeoX RoPE";
   if (s.rope_dims != 0 && s.rope_dims != c.head_dim) return "partial rotary dimensions";
-  if (s.rope_factors || s.rope_freq_scale != 1.0f) return "RoPE frequency factors or scaling";
+  if (s.rope_factors || s.rope_longrope || s.rope_freq_scale != 1.0f || s.rope_yarn_ext != 0 || s.rope_mscale != 1.0f)
+    return "RoPE frequency factors or scaling";
   if (s.any_window()) return "sliding-window attention";
   if (s.attn_softcap > 0 || s.final_softcap > 0) return "logit softcaps";
   if (s.attn_scale > 0 && s.attn_scale != 1.0f / std::sqrt(float(c.head_dim))) return "a query scale";

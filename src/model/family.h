@@ -43,6 +43,19 @@ struct BlockSpec {
   float rope_freq_scale = 1.0f;    // linear position scaling: angle = pos * freq_scale * inv_freq
   float rope_freq_scale_local = 0.0f;  // the same for sliding-window layers (0 = rope_freq_scale)
   bool rope_factors = false;       // tensor rope_freqs.weight [rope_dims / 2] divides each frequency (Llama 3)
+  // LongRoPE (Phi-3 128k): tensors rope_factors_long / rope_factors_short [rope_dims / 2] divide
+  // each frequency; the long ones when the model's context is over rope_orig_ctx.
+  bool rope_longrope = false;
+  // YaRN: pair j's frequency is blended between the scaled (interpolated) one and the unscaled
+  // one: inv_freq * (freq_scale (1 - m) + m), m = ext * ramp(j), ramp 1 for pairs that turn more
+  // than beta_fast times over rope_orig_ctx, 0 below beta_slow turns, linear in j between.
+  float rope_yarn_ext = 0.0f;      // 0 = off (plain linear scaling)
+  float rope_yarn_beta_fast = 32.0f;
+  float rope_yarn_beta_slow = 1.0f;
+  int32_t rope_orig_ctx = 0;       // the context the model was trained at before extension (YaRN, LongRoPE)
+  // RoPE's cos and sin are multiplied by this (YaRN 1 + 0.1 ln(factor), LongRoPE's attention
+  // factor): the rotated dimensions of q and k grow by it, the pass-through ones do not.
+  float rope_mscale = 1.0f;
   float attn_scale = 0.0f;         // scale of q.k (0 = 1 / sqrt(head_dim))
   float attn_softcap = 0.0f;       // score = c * tanh(score / c) before the softmax (0 = off)
   float final_softcap = 0.0f;      // the same on the logits (0 = off)

@@ -117,13 +117,32 @@ cpu::WeightView Model::matrix_rows(const std::string& name, int64_t total_rows, 
 
 // Frequencies of the RoPE pairs: inv_freq[j] = scale / (base^(2j / rope_dims) * factor[j]),
 // with exactly the float expressions of cpu::rope (so a plain Llama's angles
-// do not change with this table).
-static std::vector<float> rope_inv_freq(int32_t rope_dims, float base, float scale, const float* factors) {
+// do not change with this table). Under YaRN (family.h) pair j's scale is
+// blended with 1 by m_j = ext * ramp(j): scale (1 - m_j) + m_j.
+static std::vector<float> rope_inv_freq(int32_t rope_dims, float base, float scale, const float* factors,
+                                        const BlockSpec& s) {
+  float lo = 0.0f, hi = 0.0f;
+  if (s.rope_yarn_ext != 0.0f) {
+    // The pair index whose wavelength fits `turns` times into the original
+    // context: rope_dims ln(orig / (2 pi turns)) / (2 ln base).
+    auto pair_at = [&](float turns) {
+      return float(rope_dims) * std::log(float(s.rope_orig_ctx) / (turns * 2.0f * 3.14159265358979f)) /
+             (2.0f * std::log(base));
+    };
+    lo = std::max(0.0f, std::floor(pair_at(s.rope_yarn_beta_fast)));
+    hi = std::min(float(rope_dims - 1), std::ceil(pair_at(s.rope_yarn_beta_slow)));
+  }
   std::vector<float> f(size_t(rope_dims / 2));
   for (int32_t j = 0; j < rope_dims / 2; ++j) {
     float v = 1.0f / std::pow(base, float(2 * j) / float(rope_dims));
     if (factors) v /= factors[j];
-    f[size_t(j)] = v * scale;
+    if (s.rope_yarn_ext != 0.0f) {
+      const float y = (float(j) - lo) / std::max(0.001f, hi - lo);
+      const float m = (1.0f - std::min(1.0f, std::max(0.0f, y))) * s.rope_yarn_ext;
+      f[size_t(j)] = v * (scale * (1.0f - m) + m);
+    } else {
+      f[size_t(j)] = v * scale;
+    }
   }
   return f;
 }
@@ -132,20 +151,28 @@ void Model::build_rope() {
   const ModelConfig& c = src_.config;
   const BlockSpec& s = c.spec;
   const int32_t rd = s.rope_dims;
-  const float* factors = nullptr;
-  if (s.rope_factors) {
-    factors = f32_vector("rope_freqs.weight", rd / 2);
+  auto read_factors = [&](const char* name) {
+    const float* f = f32_vector(name, rd / 2);
     for (int32_t j = 0; j < rd / 2; ++j)
-      LLM_CHECK(std::isfinite(factors[j]) && factors[j] > 0.0f, LLM_ERR_FORMAT,
-                "tensor 'rope_freqs.weight' holds %g at %d (factors must be finite and positive)", double(factors[j]),
-                j);
+      LLM_CHECK(std::isfinite(f[j]) && f[j] > 0.0f, LLM_ERR_FORMAT,
+                "tensor '%s' holds %g at %d (factors must be finite and positive)", name, double(f[j]), j);
+    return f;
+  };
+  const float* factors = nullptr;
+  if (s.rope_factors) factors = read_factors("rope_freqs.weight");
+  if (s.rope_longrope) {
+    LLM_CHECK(!s.rope_factors, LLM_ERR_FORMAT, "rope_freqs.weight and LongRoPE factors in one file");
+    // Both are validated (and so counted as used); the long ones apply when
+    // the model's context reaches past the original one (llama.cpp picks the
+    // same at its default context size).
+    const float* lng = read_factors("rope_factors_long.weight");
+    const float* sht = read_factors("rope_factors_short.weight");
+    factors = c.seq_len > s.rope_orig_ctx ? lng : sht;
   }
-  for (const char* longrope : {"rope_factors_long.weight", "rope_factors_short.weight"})
-    LLM_CHECK(!src_.find(longrope), LLM_ERR_UNSUPPORTED, "tensor '%s': LongRoPE scaling is not supported", longrope);
-  inv_freq_global_ = rope_inv_freq(rd, c.rope_theta, s.rope_freq_scale, factors);
+  inv_freq_global_ = rope_inv_freq(rd, c.rope_theta, s.rope_freq_scale, factors, s);
   const float base_local = s.rope_base_local > 0 ? s.rope_base_local : c.rope_theta;
   const float scale_local = s.rope_freq_scale_local > 0 ? s.rope_freq_scale_local : s.rope_freq_scale;
-  inv_freq_local_ = rope_inv_freq(rd, base_local, scale_local, factors);
+  inv_freq_local_ = rope_inv_freq(rd, base_local, scale_local, factors, s);
 }
 
 void Model::build_layer(int32_t i) {

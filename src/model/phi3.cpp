@@ -3,8 +3,9 @@
 // gate/up fused in ffn_up.weight (both split at load), SiLU.
 //   The files' attention.sliding_window is not applied, as in llama.cpp,
 //   whose converters do not record which layers it covers (every Phi-3 mini
-//   GGUF carries 2047 against a 4096 context); LongRoPE (rope_factors_long /
-//   rope_factors_short, the 128k models) is refused by the model builder.
+//   GGUF carries 2047 against a 4096 context). LongRoPE (the 128k models:
+//   rope_factors_long / rope_factors_short, rope.scaling.attn_factor) is read
+//   by read_common_hparams and the model builder (family.h).
 #include "format/model_source.h"
 #include "model/family.h"
 

@@ -678,8 +678,31 @@ TEST(GgufModel, FamilyMetadataAndTensorsAreCheckedNotIgnored) {
        LLM_ERR_UNSUPPORTED, "blk.0.attn_q_norm.weight"},
       {"unknown tensor", [&](GgufBuilder& b) { f32_tensor(b, "blk.1.attn_rot_embd", std::vector<float>(16, 1)); },
        LLM_ERR_UNSUPPORTED, "blk.1.attn_rot_embd"},
-      {"LongRoPE", [&](GgufBuilder& b) { f32_tensor(b, "rope_factors_long.weight", factors); }, LLM_ERR_UNSUPPORTED,
-       "rope_factors_long.weight"},
+      {"LongRoPE without short factors", [&](GgufBuilder& b) { f32_tensor(b, "rope_factors_long.weight", factors); },
+       LLM_ERR_FORMAT, "rope_factors_short.weight"},
+      {"LongRoPE",
+       [&](GgufBuilder& b) {
+         f32_tensor(b, "rope_factors_long.weight", factors);
+         f32_tensor(b, "rope_factors_short.weight", factors);
+         b.kv_u32("llama.rope.scaling.original_context_length", 64);
+         b.kv_f32("llama.rope.scaling.attn_factor", 1.2f);
+       },
+       LLM_OK, ""},
+      {"NaN LongRoPE factor",
+       [&](GgufBuilder& b) {
+         f32_tensor(b, "rope_factors_long.weight", factors);
+         f32_tensor(b, "rope_factors_short.weight", nan_factors);
+       },
+       LLM_ERR_FORMAT, "rope_factors_short.weight"},
+      {"LongRoPE and Llama 3 factors",
+       [&](GgufBuilder& b) {
+         f32_tensor(b, "rope_factors_long.weight", factors);
+         f32_tensor(b, "rope_factors_short.weight", factors);
+         f32_tensor(b, "rope_freqs.weight", factors);
+       },
+       LLM_ERR_FORMAT, "rope_freqs.weight"},
+      {"NaN attention factor", [&](GgufBuilder& b) { b.kv_f32("llama.rope.scaling.attn_factor", std::nanf("")); },
+       LLM_ERR_FORMAT, "rope.scaling.attn_factor"},
       {"NaN RoPE factor", [&](GgufBuilder& b) { f32_tensor(b, "rope_freqs.weight", nan_factors); }, LLM_ERR_FORMAT,
        "rope_freqs.weight"},
       {"short RoPE factors", [&](GgufBuilder& b) { f32_tensor(b, "rope_freqs.weight", {1.f, 2.f}); }, LLM_ERR_FORMAT,
@@ -688,8 +711,31 @@ TEST(GgufModel, FamilyMetadataAndTensorsAreCheckedNotIgnored) {
       {"window 0", [&](GgufBuilder& b) { b.kv_u32("llama.attention.sliding_window", 0); }, LLM_ERR_FORMAT,
        "sliding_window"},
       {"window 8", [&](GgufBuilder& b) { b.kv_u32("llama.attention.sliding_window", 8); }, LLM_OK, ""},
-      {"YaRN", [&](GgufBuilder& b) { b.kv_str("llama.rope.scaling.type", "yarn"); }, LLM_ERR_UNSUPPORTED,
-       "rope.scaling.type"},
+      {"YaRN",
+       [&](GgufBuilder& b) {
+         b.kv_str("llama.rope.scaling.type", "yarn");
+         b.kv_f32("llama.rope.scaling.factor", 4.0f);
+         b.kv_u32("llama.rope.scaling.original_context_length", 512);
+       },
+       LLM_OK, ""},
+      {"dynamic RoPE scaling", [&](GgufBuilder& b) { b.kv_str("llama.rope.scaling.type", "dynamic"); },
+       LLM_ERR_UNSUPPORTED, "rope.scaling.type"},
+      {"YaRN log multiplier",
+       [&](GgufBuilder& b) {
+         b.kv_str("llama.rope.scaling.type", "yarn");
+         b.kv_f32("llama.rope.scaling.yarn_log_multiplier", 0.1f);
+       },
+       LLM_ERR_UNSUPPORTED, "yarn_log_multiplier"},
+      {"YaRN betas crossed",
+       [&](GgufBuilder& b) {
+         b.kv_str("llama.rope.scaling.type", "yarn");
+         b.kv_f32("llama.rope.scaling.yarn_beta_fast", 0.5f);
+       },
+       LLM_ERR_FORMAT, "yarn_beta_fast"},
+      {"negative RoPE scaling factor", [&](GgufBuilder& b) { b.kv_f32("llama.rope.scaling.factor", -2.0f); },
+       LLM_ERR_FORMAT, "rope.scaling.factor"},
+      {"original context 0", [&](GgufBuilder& b) { b.kv_u32("llama.rope.scaling.original_context_length", 0); },
+       LLM_ERR_FORMAT, "original_context_length"},
       {"odd rotary dims", [&](GgufBuilder& b) { b.kv_u32("llama.rope.dimension_count", 7); }, LLM_ERR_FORMAT,
        "rope.dimension_count"},
       {"rotary dims > head_dim", [&](GgufBuilder& b) { b.kv_u32("llama.rope.dimension_count", 18); },

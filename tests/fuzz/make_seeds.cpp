@@ -337,8 +337,9 @@ void seeds_gguf(const Tiny& t) {
   write_seed("gguf", "stories260K-q4_0.gguf", {0}, read_file(g_models + "/stories260K-q4_0.gguf"));
   // One tiny model per family (tests/data/families): the metadata keys and
   // tensors of every block spec (windows, softcaps, RoPE factors and bases,
-  // biases, QK-norm, post-norms, fused projections, partial rotary).
-  for (const char* family : {"llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"})
+  // biases, QK-norm, post-norms, fused projections, partial rotary, YaRN, LongRoPE).
+  for (const char* family :
+       {"llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen2_yarn", "phi3_longrope"})
     write_seed("gguf", std::string("family-") + family + ".gguf", {0},
                read_file(std::string(LLM_TEST_DATA_DIR) + "/families/" + family + ".gguf"));
 }

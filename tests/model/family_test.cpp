@@ -104,8 +104,48 @@ TEST_P(Family, LogitsAndGreedyMatchLlamaCpp) {
   llm_model_free(m);
 }
 
+// Eviction re-rotates the kept keys to their new positions: a pure rotation,
+// also where RoPE scales the rotated dimensions (YaRN, LongRoPE). Layer 0's
+// key of a token depends only on the token and its position, so after
+// evicting, every layer-0 key equals the one a fresh session computes for
+// the kept tokens at those positions.
+TEST_P(Family, EvictedKeysEqualFreshKeysAtTheNewPositions) {
+  const std::string name = GetParam();
+  llm::LoadOptions o;
+  o.n_threads = 1;
+  o.huge_pages = false;
+  o.reference_math = true;
+  o.kv_prune_windows = false;  // layer 0 slides on Gemma: keep its pages to compare them
+  const std::unique_ptr<llm::Model> m = llm::Model::load(data_dir() + name + ".gguf", o);
+  llm::SessionOptions so;
+  so.kv_type = LLM_KV_F32;
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 30; ++i) toks.push_back(3 + (i * 53) % 500);
+  const uint32_t keep = 3, drop = 11;
+  llm::Session a(*m, so), b(*m, so);
+  a.prefill(toks.data(), toks.size());
+  a.evict(keep, drop);
+  std::vector<int32_t> kept(toks.begin(), toks.begin() + keep);
+  kept.insert(kept.end(), toks.begin() + keep + drop, toks.end());
+  b.prefill(kept.data(), kept.size());
+  ASSERT_EQ(a.n_cached(), b.n_cached());
+  const int32_t hd = m->config().head_dim;
+  std::vector<float> ka(static_cast<size_t>(hd)), kb(static_cast<size_t>(hd));
+  double worst = 0;
+  for (uint32_t slot = 0; slot < a.n_cached(); ++slot)
+    for (int32_t h = 0; h < m->config().n_kv_heads; ++h) {
+      a.kv_row(0, 0, h, slot, ka.data());
+      b.kv_row(0, 0, h, slot, kb.data());
+      float amax = 0;
+      for (float v : kb) amax = std::max(amax, std::fabs(v));
+      for (int32_t d = 0; d < hd; ++d) worst = std::max(worst, double(std::fabs(ka[size_t(d)] - kb[size_t(d)]) / (1.f + amax)));
+    }
+  EXPECT_LE(worst, 2e-5) << name;
+}
+
 INSTANTIATE_TEST_SUITE_P(LlamaCpp, Family,
-                         ::testing::Values("llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"),
+                         ::testing::Values("llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
+                                           "qwen2_yarn", "phi3_longrope"),
                          [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
 
 }  // namespace
@@ -138,6 +178,13 @@ TEST_P(Family, SpecSurvivesTheLlmFormat) {
   EXPECT_EQ(sa.qk_norm, sb.qk_norm);
   EXPECT_EQ(sa.post_norms, sb.post_norms);
   EXPECT_EQ(sa.rope_factors, sb.rope_factors);
+  EXPECT_EQ(sa.rope_longrope, sb.rope_longrope);
+  EXPECT_EQ(sa.rope_yarn_ext, sb.rope_yarn_ext);
+  EXPECT_EQ(sa.rope_yarn_beta_fast, sb.rope_yarn_beta_fast);
+  EXPECT_EQ(sa.rope_yarn_beta_slow, sb.rope_yarn_beta_slow);
+  EXPECT_EQ(sa.rope_orig_ctx, sb.rope_orig_ctx);
+  EXPECT_EQ(sa.rope_mscale, sb.rope_mscale);
+  EXPECT_EQ(sa.rope_freq_scale, sb.rope_freq_scale);
   EXPECT_EQ(int(sa.act), int(sb.act));
   // Only the plain Llama block runs on the CUDA backend; the others say what it lacks.
   EXPECT_EQ(a->cuda_limit().empty(), name == "llama") << a->cuda_limit();

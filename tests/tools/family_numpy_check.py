@@ -64,7 +64,27 @@ def hparams(kv):
     else:
         hp["q_scale"] = 1.0 / math.sqrt(hd)
     hp["neox"] = a in NEOX_ARCHS
+    # RoPE scaling (YaRN / LongRoPE), as llama.cpp reads it.
+    hp["scaling"] = g("rope.scaling.type", "")
+    hp["factor"] = g("rope.scaling.factor", 1.0)
+    hp["orig_ctx"] = g("rope.scaling.original_context_length", g("context_length"))
+    hp["ctx"] = g("context_length")
+    hp["attn_factor"] = g("rope.scaling.attn_factor", 1.0)
     return hp
+
+
+def yarn_inv_freq(inv, n_rot, base, factor, orig_ctx, beta_fast=32.0, beta_slow=1.0):
+    # Pair i turns pos * inv[i] radians; over the original context it completes
+    # orig_ctx * inv[i] / (2 pi) turns. Pairs with more than beta_fast turns keep
+    # inv[i], pairs with fewer than beta_slow take inv[i] / factor, linear in i between
+    # (the bounds rounded outwards to whole pairs, as in the YaRN paper's code).
+    def pair_at(turns):
+        return n_rot * math.log(orig_ctx / (turns * 2 * math.pi)) / (2 * math.log(base))
+    lo = max(0.0, math.floor(pair_at(beta_fast)))
+    hi = min(n_rot - 1.0, math.ceil(pair_at(beta_slow)))
+    i = np.arange(len(inv), dtype=np.float64)
+    keep = 1.0 - np.clip((i - lo) / max(0.001, hi - lo), 0.0, 1.0)
+    return inv * (keep + (1.0 - keep) / factor)
 
 
 def rms(x, w, eps):
@@ -86,14 +106,17 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def rope(x, pos, n_rot, base, neox, factors=None):
+def rope(x, pos, n_rot, base, neox, factors=None, yarn=None, mscale=1.0):
     # x: [T, H, D]; rotates the first n_rot dims; theta_i = pos * base^(-2i/n_rot) / factors[i]
     half = n_rot // 2
     inv = base ** (-2.0 * np.arange(half) / n_rot)
     if factors is not None:
         inv = inv / factors
+    if yarn is not None:
+        inv = yarn_inv_freq(inv, n_rot, base, *yarn)
     ang = pos[:, None] * inv[None, :]
-    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    # The attention factor scales cos and sin: the rotated dims only.
+    c, s = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
     y = x.copy()
     if neox:
         a, b = x[..., :half], x[..., half:n_rot]
@@ -114,6 +137,20 @@ def forward(hp, t, ids, off=()):
     if a.startswith("gemma") and "embed_scale" not in off:
         h *= float(np.sqrt(np.float32(d)))
     factors = t.get("rope_freqs.weight") if "rope_freqs" not in off else None
+    if "rope_factors_long.weight" in t:  # LongRoPE: long factors when the context is over the original
+        long = hp["ctx"] > hp["orig_ctx"]
+        if "longrope_choice" in off:
+            long = not long
+        factors = t["rope_factors_long.weight" if long else "rope_factors_short.weight"]
+        if "longrope" in off:
+            factors = None
+    yarn = None
+    mscale = hp["attn_factor"] if "attn_factor" not in off else 1.0
+    if hp["scaling"] == "yarn":
+        if "yarn_ramp" not in off:
+            yarn = (hp["factor"], hp["orig_ctx"])
+        if "attn_factor" not in off and hp["factor"] > 1:
+            mscale *= 1.0 + 0.1 * math.log(hp["factor"])
     n_rot = hd if "partial_rotary" in off else hp["n_rot"]
     for il in range(hp["n_layer"]):
         p = f"blk.{il}."
@@ -134,7 +171,8 @@ def forward(hp, t, ids, off=()):
             swa = not hp["swa"][il]
         base = hp["base_swa"] if (hp["swa"][il] and hp["base_swa"] is not None and "swa_base" not in off) else hp["base"]
         neox = hp["neox"] != ("rope_style" in off)
-        q, k = rope(q, pos, n_rot, base, neox, factors), rope(k, pos, n_rot, base, neox, factors)
+        q = rope(q, pos, n_rot, base, neox, factors, yarn, mscale)
+        k = rope(k, pos, n_rot, base, neox, factors, yarn, mscale)
         scale = 1.0 / math.sqrt(d / H) if "q_scale" in off else hp["q_scale"]
         grp = H // KV
         mask = np.tril(np.ones((T, T), dtype=bool))
@@ -186,6 +224,8 @@ EFFECTS = {
                "gelu_fp16"],
     "gemma3": ["window", "swa_pattern", "swa_base", "qk_norm", "embed_scale", "q_scale", "post_norms", "gelu_fp16"],
     "phi3": ["partial_rotary", "gate_up_order", "rope_style", "gqa_map"],
+    "qwen2_yarn": ["yarn_ramp", "attn_factor", "qkv_bias"],
+    "phi3_longrope": ["longrope", "longrope_choice", "attn_factor"],
 }
 
 

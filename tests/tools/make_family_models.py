@@ -65,6 +65,21 @@ FAMILIES = [
          n_ff=128, rms_eps=1e-5, rope_base=10000.0, tied=False,
          fused_qkv=True, fused_gate_up=True,
          std=dict(emb=1.0, attn=0.12, ffn=0.10, out=0.10)),
+    # YaRN: factor 4 over an original context of 512, so pairs 0-4 of 8 blend
+    # (corr dims 0 and 4 at base 10000) and q, k are scaled by 1 + 0.1 ln 4.
+    dict(name="qwen2_yarn", arch="qwen2", seed=108,
+         n_embd=64, n_layer=3, n_head=4, n_head_kv=2, head_dim=16, n_ff=128,
+         rms_eps=1e-6, rope_base=10000.0, tied=True, qkv_bias=0.25,
+         yarn=dict(factor=4.0, orig_ctx=512),
+         std=dict(emb=0.15, attn=0.25, ffn=0.15, out=0.15)),
+    # LongRoPE: long factors apply (context 2048 > original 256, llama.cpp at
+    # n_ctx 512 > 256 too), attention factor sqrt(1 + ln(2048/256) / ln 256).
+    dict(name="phi3_longrope", arch="phi3", seed=109,
+         n_embd=64, n_layer=3, n_head=4, n_head_kv=2, head_dim=16, n_rot=12,
+         n_ff=128, rms_eps=1e-5, rope_base=10000.0, tied=False,
+         fused_qkv=True, fused_gate_up=True,
+         longrope=dict(orig_ctx=256, long=(1.0, 16.0), short=(1.0, 1.5)),
+         std=dict(emb=1.0, attn=0.20, ffn=0.10, out=0.10)),
 ]
 
 
@@ -110,6 +125,11 @@ def build_tensors(cfg):
     if "rope_freqs" in cfg:
         lo, hi = cfg["rope_freqs"]
         t.append(("rope_freqs.weight", rng.uniform(lo, hi, size=hd // 2).astype(np.float32)))
+    if "longrope" in cfg:
+        n_pairs = cfg.get("n_rot", hd) // 2
+        for kind in ("long", "short"):
+            lo, hi = cfg["longrope"][kind]
+            t.append((f"rope_factors_{kind}.weight", rng.uniform(lo, hi, size=n_pairs).astype(np.float32)))
     for i in range(cfg["n_layer"]):
         p = f"blk.{i}."
         t.append((p + "attn_norm.weight", norm_weight(rng, d)))
@@ -176,6 +196,15 @@ def metadata(cfg):
         m.append((f"{a}.attn_logit_softcapping", "f32", cfg["attn_softcap"]))
     if "final_softcap" in cfg:
         m.append((f"{a}.final_logit_softcapping", "f32", cfg["final_softcap"]))
+    if "yarn" in cfg:
+        m.append((f"{a}.rope.scaling.type", "str", "yarn"))
+        m.append((f"{a}.rope.scaling.factor", "f32", cfg["yarn"]["factor"]))
+        m.append((f"{a}.rope.scaling.original_context_length", "u32", cfg["yarn"]["orig_ctx"]))
+    if "longrope" in cfg:
+        orig = cfg["longrope"]["orig_ctx"]
+        m.append((f"{a}.rope.scaling.type", "str", "longrope"))
+        m.append((f"{a}.rope.scaling.original_context_length", "u32", orig))
+        m.append((f"{a}.rope.scaling.attn_factor", "f32", float(np.sqrt(1 + np.log(2048 / orig) / np.log(orig)))))
     return m
 
 
@@ -187,6 +216,8 @@ def write_model(cfg, vocab, path):
     for key, kind, val in metadata(cfg):
         if kind == "u32":
             w.add_uint32(key, int(val))
+        elif kind == "str":
+            w.add_string(key, val)
         else:
             w.add_float32(key, float(val))
     w.add_string("tokenizer.ggml.model", vocab["model"])

@@ -29,11 +29,13 @@ void ForwardScratch::ensure(const Model& m, int64_t n) {
 
 static Rope rope_of(const Model& m, const LayerWeights& w) {
   const ModelConfig& c = m.config();
-  return Rope{int32_t(c.spec.rope_kind), c.head_dim, c.spec.rope_dims, w.inv_freq};
+  return Rope{int32_t(c.spec.rope_kind), c.head_dim, c.spec.rope_dims, w.inv_freq, c.spec.rope_mscale};
 }
 
 void rerotate_key(const Model& m, int32_t layer, float* key, int64_t delta) {
-  rope_head(key, rope_of(m, m.layers()[size_t(layer)]), delta);
+  Rope r = rope_of(m, m.layers()[size_t(layer)]);
+  r.mscale = 1.0f;  // the key holds its magnitude factor already: a pure rotation
+  rope_head(key, r, delta);
 }
 
 namespace {

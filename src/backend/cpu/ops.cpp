@@ -36,14 +36,25 @@ static inline void rotate_pairs(float* x, const Rope& r, const float* cs, const 
   }
 }
 
-void rope_head(float* x, const Rope& r, int64_t pos) {
-  constexpr int32_t kMaxPairs = 512;
-  float cs[kMaxPairs], sn[kMaxPairs];
-  for (int32_t j = 0; j < r.rope_dims / 2 && j < kMaxPairs; ++j) {
+// cos and sin of pair j's angle at pos, times r.mscale.
+static inline void rope_angles(const Rope& r, int64_t pos, float* cs, float* sn, int32_t n_pairs) {
+  for (int32_t j = 0; j < n_pairs; ++j) {
     const float val = float(pos) * r.inv_freq[j];
     cs[j] = std::cos(val);
     sn[j] = std::sin(val);
   }
+  if (r.mscale != 1.0f) {
+    for (int32_t j = 0; j < n_pairs; ++j) {
+      cs[j] *= r.mscale;
+      sn[j] *= r.mscale;
+    }
+  }
+}
+
+void rope_head(float* x, const Rope& r, int64_t pos) {
+  constexpr int32_t kMaxPairs = 512;
+  float cs[kMaxPairs], sn[kMaxPairs];
+  rope_angles(r, pos, cs, sn, std::min(r.rope_dims / 2, kMaxPairs));
   rotate_pairs(x, r, cs, sn);
 }
 
@@ -53,11 +64,7 @@ void rope(float* x, int64_t n, int32_t n_heads, const Rope& r, const int32_t* po
   constexpr int32_t kMaxPairs = 512;
   float cs[kMaxPairs], sn[kMaxPairs];
   for (int64_t i = 0; i < n; ++i) {
-    for (int32_t j = 0; j < r.rope_dims / 2 && j < kMaxPairs; ++j) {
-      const float val = float(pos[i]) * r.inv_freq[j];
-      cs[j] = std::cos(val);
-      sn[j] = std::sin(val);
-    }
+    rope_angles(r, pos[i], cs, sn, std::min(r.rope_dims / 2, kMaxPairs));
     for (int32_t h = 0; h < n_heads; ++h) rotate_pairs(x + i * stride + int64_t(h) * r.head_dim, r, cs, sn);
   }
 }

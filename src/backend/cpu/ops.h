@@ -25,6 +25,9 @@ struct Rope {
   int32_t head_dim = 0;
   int32_t rope_dims = 0;   // <= head_dim, even
   const float* inv_freq = nullptr;  // [rope_dims / 2]
+  // The rotated dimensions are also multiplied by this (YaRN's and LongRoPE's
+  // attention factor; the pass-through ones are not).
+  float mscale = 1.0f;
 };
 
 // Rotates every head of x[n, n_heads * head_dim]; row i is at position pos[i].
