@@ -1,4 +1,4 @@
-// safetensors parsing and Hugging Face Llama folders -> ModelSource.
+// safetensors parsing and Hugging Face model folders -> ModelSource.
 #include "format/safetensors.h"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
+#include "format/hf_families.h"
 #include "format/json.h"
 
 namespace llm {
@@ -120,80 +121,6 @@ SafetensorsFile parse_safetensors(const uint8_t* data, size_t size) {
   for (size_t i = 1; i < ranges.size(); ++i)
     LLM_CHECK(ranges[i].first >= ranges[i - 1].second, LLM_ERR_FORMAT, "safetensors: tensor data ranges overlap");
   return f;
-}
-
-// ---------------------------------------------------------------------------
-// config.json
-
-namespace {
-
-int32_t positive_i32(const json::Value& c, const char* key, int64_t max, int64_t def = -1) {
-  const json::Value* v = c.find(key);
-  if (!v || v->is_null()) {
-    LLM_CHECK(def > 0, LLM_ERR_FORMAT, "config.json: missing '%s'", key);
-    return int32_t(def);
-  }
-  const int64_t x = v->as_int(key);
-  LLM_CHECK(x > 0 && x <= max, LLM_ERR_FORMAT, "config.json: '%s' = %lld is out of range", key, (long long)x);
-  return int32_t(x);
-}
-
-bool has_string(const json::Value* arr, const char* s) {
-  if (!arr || !arr->is_array()) return false;
-  for (const auto& v : arr->as_array("architectures"))
-    if (v.is_string() && v.as_string("architectures") == s) return true;
-  return false;
-}
-
-}  // namespace
-
-ModelConfig hf_config_to_model_config(const json::Value& c) {
-  c.as_object("config.json");
-  const std::string model_type = c.get_string("model_type", "");
-  const json::Value* arch = c.find("architectures");
-  const bool llama = model_type == "llama" || has_string(arch, "LlamaForCausalLM");
-  const bool mistral = model_type == "mistral" || has_string(arch, "MistralForCausalLM");
-  LLM_CHECK(llama || mistral, LLM_ERR_UNSUPPORTED,
-            "config.json: model_type '%s' is not supported (Llama-architecture models only)", model_type.c_str());
-  if (mistral) {
-    // Mistral is Llama plus sliding-window attention; without a window it is Llama.
-    const json::Value* sw = c.find("sliding_window");
-    LLM_CHECK(!sw || sw->is_null(), LLM_ERR_UNSUPPORTED,
-              "config.json: sliding-window attention (Mistral sliding_window) is not supported");
-  }
-  const std::string act = c.get_string("hidden_act", "silu");
-  LLM_CHECK(act == "silu", LLM_ERR_UNSUPPORTED, "config.json: hidden_act '%s' is not supported (silu only)",
-            act.c_str());
-  LLM_CHECK(!c.get_bool("attention_bias", false) && !c.get_bool("mlp_bias", false), LLM_ERR_UNSUPPORTED,
-            "config.json: attention/MLP biases are not supported");
-  const json::Value* rs = c.find("rope_scaling");
-  LLM_CHECK(!rs || rs->is_null(), LLM_ERR_UNSUPPORTED,
-            "config.json: rope_scaling is not supported (the engine implements plain RoPE)");
-
-  ModelConfig m;
-  m.arch = "llama";
-  m.dim = positive_i32(c, "hidden_size", 1 << 16);
-  m.hidden_dim = positive_i32(c, "intermediate_size", 1 << 18);
-  m.n_layers = positive_i32(c, "num_hidden_layers", 1024);
-  m.n_heads = positive_i32(c, "num_attention_heads", 1024);
-  m.n_kv_heads = positive_i32(c, "num_key_value_heads", 1024, m.n_heads);
-  LLM_CHECK(m.dim % m.n_heads == 0 || c.find("head_dim"), LLM_ERR_FORMAT,
-            "config.json: hidden_size %d is not a multiple of num_attention_heads %d", m.dim, m.n_heads);
-  m.head_dim = positive_i32(c, "head_dim", 1024, m.dim % m.n_heads == 0 ? m.dim / m.n_heads : -1);
-  LLM_CHECK(m.head_dim % 2 == 0, LLM_ERR_FORMAT, "config.json: head_dim %d is odd", m.head_dim);
-  LLM_CHECK(m.n_heads % m.n_kv_heads == 0, LLM_ERR_FORMAT,
-            "config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d", m.n_heads,
-            m.n_kv_heads);
-  m.vocab_size = positive_i32(c, "vocab_size", kMaxVocab);
-  m.seq_len = positive_i32(c, "max_position_embeddings", 1 << 24, 2048);
-  const double theta = c.get_double("rope_theta", 10000.0);
-  const double eps = c.get_double("rms_norm_eps", 1e-6);
-  LLM_CHECK(std::isfinite(theta) && theta > 1.0 && theta < 1e12, LLM_ERR_FORMAT, "config.json: rope_theta %g",
-            theta);
-  LLM_CHECK(std::isfinite(eps) && eps > 0.0 && eps < 1.0, LLM_ERR_FORMAT, "config.json: rms_norm_eps %g", eps);
-  m.rope_theta = float(theta);
-  m.norm_eps = float(eps);
-  return m;
 }
 
 void permute_rope_rows(const uint8_t* in, uint8_t* out, int64_t n_heads, int64_t head_dim, size_t row_bytes,
@@ -716,8 +643,9 @@ ModelSource read_hf_folder(const std::string& dir_str, const Logger* log) {
   LLM_CHECK(fs::is_directory(dir, ec), LLM_ERR_IO, "'%s' is not a directory", dir_str.c_str());
   LLM_CHECK(exists_file(dir / "config.json"), LLM_ERR_IO, "'%s' has no config.json", dir_str.c_str());
   const json::Value config = parse_json_file(dir / "config.json", "config.json");
+  HfModelPlan plan = hf_model_plan(config);
   ModelSource src;
-  src.config = hf_config_to_model_config(config);
+  src.config = plan.config;
   const ModelConfig& c = src.config;
 
   // --- weights: which files
@@ -759,33 +687,9 @@ ModelSource read_hf_folder(const std::string& dir_str, const Logger* log) {
     shards.push_back(std::move(s));
   }
 
-  // --- weights: name map
-  struct Want {
-    std::string gguf;
-    std::vector<int64_t> shape;
-    int64_t rope_heads = 0;  // > 0: permute rows from rotate-half to adjacent pairs
-    bool optional = false;
-  };
-  const int64_t dim = c.dim, hid = c.hidden_dim, V = c.vocab_size, hd = c.head_dim;
-  const int64_t q_dim = int64_t(c.n_heads) * hd, kv_dim = int64_t(c.n_kv_heads) * hd;
-  std::vector<std::pair<std::string, Want>> wants;
-  wants.push_back({"model.embed_tokens.weight", {"token_embd.weight", {V, dim}}});
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    const std::string h = "model.layers." + std::to_string(l) + ".";
-    const std::string g = "blk." + std::to_string(l) + ".";
-    wants.push_back({h + "input_layernorm.weight", {g + "attn_norm.weight", {dim}}});
-    wants.push_back({h + "self_attn.q_proj.weight", {g + "attn_q.weight", {q_dim, dim}, c.n_heads}});
-    wants.push_back({h + "self_attn.k_proj.weight", {g + "attn_k.weight", {kv_dim, dim}, c.n_kv_heads}});
-    wants.push_back({h + "self_attn.v_proj.weight", {g + "attn_v.weight", {kv_dim, dim}}});
-    wants.push_back({h + "self_attn.o_proj.weight", {g + "attn_output.weight", {dim, q_dim}}});
-    wants.push_back({h + "post_attention_layernorm.weight", {g + "ffn_norm.weight", {dim}}});
-    wants.push_back({h + "mlp.gate_proj.weight", {g + "ffn_gate.weight", {hid, dim}}});
-    wants.push_back({h + "mlp.up_proj.weight", {g + "ffn_up.weight", {hid, dim}}});
-    wants.push_back({h + "mlp.down_proj.weight", {g + "ffn_down.weight", {dim, hid}}});
-  }
-  wants.push_back({"model.norm.weight", {"output_norm.weight", {dim}}});
-  const bool tie = config.get_bool("tie_word_embeddings", false);
-  wants.push_back({"lm_head.weight", {"output.weight", {V, dim}, 0, true}});
+  // --- weights: the family's plan (format/hf_families.cpp)
+  const int64_t hd = c.head_dim, V = c.vocab_size;
+  const bool tie = plan.tied;
 
   // Where each HF tensor lives (a name in two shards is an error).
   std::map<std::string, std::pair<size_t, const SafetensorsTensor*>> where;
@@ -796,13 +700,13 @@ ModelSource read_hf_folder(const std::string& dir_str, const Logger* log) {
     }
   }
   std::set<std::string> used;
-  for (const auto& w : wants) {
-    const std::string& hf = w.first;
-    const Want& want = w.second;
+  for (const HfTensor& want : plan.tensors) {
+    const std::string& hf = want.hf;
     auto it = where.find(hf);
     if (it == where.end()) {
       LLM_CHECK(want.optional, LLM_ERR_FORMAT, "missing tensor '%s'", hf.c_str());
-      if (!tie && log) log->log(LLM_LOG_WARN, "no lm_head.weight: the output layer is tied to the embeddings");
+      if (want.gguf == "output.weight" && !tie && log)
+        log->log(LLM_LOG_WARN, "no lm_head.weight: the output layer is tied to the embeddings");
       continue;
     }
     used.insert(hf);
@@ -835,7 +739,8 @@ ModelSource read_hf_folder(const std::string& dir_str, const Logger* log) {
     if (want.rope_heads > 0 || !aligned) {
       auto owned = std::make_shared<std::vector<uint8_t>>(st.nbytes);
       if (want.rope_heads > 0)
-        permute_rope_rows(st.data, owned->data(), want.rope_heads, hd, size_t(want.shape[1]) * esize, false);
+        permute_rope_rows(st.data, owned->data(), want.rope_heads, hd,
+                          size_t(want.shape.size() == 2 ? want.shape[1] : 1) * esize, false);
       else
         std::memcpy(owned->data(), st.data, st.nbytes);
       t.data = owned->data();
@@ -849,9 +754,15 @@ ModelSource read_hf_folder(const std::string& dir_str, const Logger* log) {
     }
     src.tensors.push_back(std::move(t));
   }
+  for (TensorData& t : plan.extra) src.tensors.push_back(std::move(t));
   for (const auto& kv : where) {
     if (used.count(kv.first)) continue;
     if (kv.first.find("rotary_emb.inv_freq") != std::string::npos) continue;  // recomputed by the engine
+    // Inside the decoder an unknown tensor would change the math: refused,
+    // never ignored. Elsewhere (a vision tower, a value head) it is not ours.
+    LLM_CHECK(kv.first.compare(0, 6, "model.") != 0 || kv.first.compare(0, 13, "model.vision_") == 0,
+              LLM_ERR_UNSUPPORTED, "tensor '%.128s' is not used by the %s block; refusing a model it would change",
+              kv.first.c_str(), c.arch.c_str());
     if (log) log->log(LLM_LOG_WARN, "tensor '%s' is not used", kv.first.c_str());
   }
   src.file = shards[0].file;

@@ -57,25 +57,27 @@ size_t safetensors_dtype_size(const std::string& dtype);
 // Throws Error(LLM_ERR_FORMAT).
 SafetensorsFile parse_safetensors(const uint8_t* data, size_t size);
 
-// --- Hugging Face Llama folder -> ModelSource
+// --- Hugging Face model folder -> ModelSource
 
 // True if `path` is a directory holding a config.json.
 bool is_hf_folder(const std::string& path);
 
-// Reads config.json (LlamaForCausalLM / model_type "llama"), the weights
-// (model.safetensors, or the shards named by model.safetensors.index.json,
-// or every *.safetensors in the folder) and the tokenizer (tokenizer.model
-// preferred for SentencePiece vocabularies, since tokenizer.json has no
-// scores; tokenizer.json otherwise). Tensors are renamed to the GGUF names
-// of model_source.h; F32/F16/BF16 are kept as stored (zero copy where the
-// bytes are aligned); Q and K are permuted from HF's rotate-half layout to
-// the adjacent-pair layout (owned copies). A missing lm_head means tied
-// embeddings. LLM_ERR_FORMAT for malformed files, LLM_ERR_UNSUPPORTED for
-// other architectures, rope scaling, biases or other dtypes, LLM_ERR_IO for
-// missing files. `log` (may be null) receives warnings.
+// Reads config.json (any family of format/hf_families.h: llama, mistral,
+// qwen2, qwen3, gemma2, gemma3_text, phi3), the weights (model.safetensors,
+// or the shards named by model.safetensors.index.json, or every
+// *.safetensors in the folder) and the tokenizer (tokenizer.model preferred
+// for SentencePiece vocabularies, since tokenizer.json has no scores;
+// tokenizer.json otherwise). Tensors are renamed to the GGUF names of
+// model_source.h; F32/F16/BF16 are kept as stored (zero copy where the bytes
+// are aligned); for the interleaved-RoPE family Q and K are permuted from
+// HF's rotate-half layout to the adjacent-pair layout (owned copies). A
+// missing lm_head means tied embeddings. LLM_ERR_FORMAT for malformed files,
+// LLM_ERR_UNSUPPORTED for other architectures, settings the engine does not
+// implement, unknown decoder tensors or other dtypes, LLM_ERR_IO for missing
+// files. `log` (may be null) receives warnings.
 ModelSource read_hf_folder(const std::string& dir, const Logger* log);
 
-// Hyper-parameters from a parsed config.json (exposed for tests).
+// Hyper-parameters from a parsed config.json (exposed for tests; format/hf_families.cpp).
 ModelConfig hf_config_to_model_config(const json::Value& config);
 
 // Row permutation of a Q or K weight: HF rotate-half pairs (i, i + hd/2)

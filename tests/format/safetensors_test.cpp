@@ -22,7 +22,10 @@
 #include "format/gguf.h"
 #include "format/json.h"
 #include "format/llama2c.h"
+#include "format/hf_families.h"
 #include "format/safetensors.h"
+#include "model/model.h"
+#include "engine/session.h"
 #include "llm.h"
 #include "reference.h"
 #include "tokenizer/tokenizer.h"
@@ -741,6 +744,182 @@ TEST(HfTokenizer, ByteLevelGpt2MatchesHuggingFace) {
   EXPECT_FALSE(warning.empty());
 }
 
+// ---------------------------------------------------------------------------
+// Every family as a Hugging Face folder. tests/data/families/hf.json
+// (tests/tools/make_family_hf.py) gives each tiny family model's config.json
+// and the HF name of each tensor, checked there against gguf-py's
+// TensorNameMap; the folder is written from the GGUF's weights in HF's
+// conventions (Gemma norms as w for 1 + w, Llama q/k rows in rotate-half
+// order, LongRoPE factors in config.json) and must give llama.cpp's logits of
+// the GGUF (tests/data/families/<name>.json) at every position.
+
+namespace {
+
+const nlohmann::json& hf_families() {
+  static const nlohmann::json j =
+      nlohmann::json::parse(read_file(std::string(LLM_TEST_DATA_DIR) + "/families/hf.json"));
+  return j;
+}
+
+std::string export_family_hf(const std::string& name) {
+  const nlohmann::json& f = hf_families().at("families").at(name);
+  const std::string dir = tmp_dir("hf_family_" + name);
+  const llm::ModelSource src = llm::read_gguf(std::string(LLM_TEST_DATA_DIR) + "/families/" + name + ".gguf", false,
+                                              nullptr);
+  const llm::ModelConfig& c = src.config;
+  std::vector<StEntry> entries;
+  for (const llm::TensorData& t : src.tensors) {
+    if (t.name.compare(0, 13, "rope_factors_") == 0) continue;  // config.json's long_factor / short_factor
+    EXPECT_EQ(t.dtype, llm::DType::F32) << t.name;
+    const float* w = reinterpret_cast<const float*>(t.data);
+    std::vector<float> data(w, w + t.numel());
+    const bool norm = t.name.size() > 11 && t.name.compare(t.name.size() - 11, 11, "norm.weight") == 0;
+    if (f.at("norm_minus_one").get<bool>() && norm)
+      for (float& v : data) v -= 1.0f;
+    if (f.at("rope_rotate_half").get<bool>()) {
+      if (t.name.find(".attn_q.weight") != std::string::npos) data = to_hf_layout(w, c.n_heads, c.head_dim, t.cols());
+      if (t.name.find(".attn_k.weight") != std::string::npos) data = to_hf_layout(w, c.n_kv_heads, c.head_dim, t.cols());
+    }
+    entries.push_back({f.at("tensors").at(t.name).get<std::string>(), "F32", t.shape,
+                       floats_as(data.data(), int64_t(data.size()), "F32")});
+  }
+  write_file(dir + "/model.safetensors", make_safetensors(entries, {{"format", "pt"}}));
+  write_file(dir + "/config.json", f.at("config").dump(1));
+  write_file(dir + "/tokenizer.model", read_file(model_path("tok512.model")));
+  return dir;
+}
+
+class HfFamily : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HfFamily, FolderGivesLlamaCppLogitsOfTheGguf) {
+  const std::string name = GetParam();
+  const std::string dir = export_family_hf(name);
+  llm::LoadOptions o;
+  o.n_threads = 2;
+  o.huge_pages = false;
+  o.reference_math = true;
+  const std::unique_ptr<llm::Model> hf = llm::Model::from_source(llm::read_hf_folder(dir, nullptr), o);
+  const std::unique_ptr<llm::Model> gg =
+      llm::Model::load(std::string(LLM_TEST_DATA_DIR) + "/families/" + name + ".gguf", o);
+  // The same block, but for how the norms are stored.
+  const llm::BlockSpec &a = hf->spec(), &b = gg->spec();
+  EXPECT_EQ(int(a.rope_kind), int(b.rope_kind));
+  EXPECT_EQ(a.rope_dims, b.rope_dims);
+  EXPECT_EQ(a.window, b.window);
+  EXPECT_EQ(a.rope_base_local, b.rope_base_local);
+  EXPECT_EQ(a.attn_scale, b.attn_scale);
+  EXPECT_EQ(a.attn_softcap, b.attn_softcap);
+  EXPECT_EQ(a.final_softcap, b.final_softcap);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.post_norms, b.post_norms);
+  EXPECT_EQ(a.rope_freq_scale, b.rope_freq_scale);
+  EXPECT_EQ(a.rope_yarn_ext, b.rope_yarn_ext);
+  EXPECT_EQ(a.rope_orig_ctx, b.rope_orig_ctx);
+  EXPECT_EQ(a.rope_longrope, b.rope_longrope);
+  EXPECT_FLOAT_EQ(a.rope_mscale, b.rope_mscale);
+  EXPECT_EQ(a.norm_offset, name.compare(0, 5, "gemma") == 0 ? 1.0f : 0.0f);
+
+  const nlohmann::json ref =
+      nlohmann::json::parse(read_file(std::string(LLM_TEST_DATA_DIR) + "/families/" + name + ".json"));
+  llm::SessionOptions so;
+  so.kv_type = LLM_KV_F32;
+  double worst = 0;
+  for (const auto& cs : ref.at("cases")) {
+    std::vector<int32_t> seq = cs.at("prompt_token_ids").get<std::vector<int32_t>>();
+    const auto gen = cs.at("generated_token_ids").get<std::vector<int32_t>>();
+    std::vector<std::vector<float>> want = cs.at("prompt_logits").get<std::vector<std::vector<float>>>();
+    const auto gen_logits = cs.at("generated_logits").get<std::vector<std::vector<float>>>();
+    seq.insert(seq.end(), gen.begin(), gen.end() - 1);
+    want.insert(want.end(), gen_logits.begin(), gen_logits.end());
+    llm::Session s(*hf, so);
+    for (size_t i = 0; i < seq.size(); ++i) {
+      s.prefill(&seq[i], 1);
+      const float* lg = s.logits();
+      const auto mm = std::minmax_element(want[i].begin(), want[i].end());
+      double d = 0;
+      for (size_t v = 0; v < want[i].size(); ++v) d = std::max(d, std::fabs(double(lg[v]) - double(want[i][v])));
+      worst = std::max(worst, d / double(*mm.second - *mm.first));
+    }
+  }
+  EXPECT_LE(worst, 1e-3) << name;
+  std::printf("%s from an HF folder: worst max|diff| / range = %.2e\n", name.c_str(), worst);
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, HfFamily,
+                         ::testing::Values("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen2_yarn",
+                                           "phi3_longrope"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+// Llama 3.1's rope_scaling becomes the rope_freqs.weight that GGUF files
+// carry: the factors of Llama 3.1 8B's config, against the published rule
+// evaluated in numpy (hf.json).
+TEST(HfFolder, Llama3RopeScalingFactors) {
+  const nlohmann::json& j = hf_families().at("llama3_rope_factors");
+  const nlohmann::json& rs = j.at("config").at("rope_scaling");
+  const auto want = j.at("factors").get<std::vector<double>>();
+  const std::vector<float> got = llm::llama3_rope_factors(
+      j.at("config").at("head_dim").get<int32_t>(), j.at("config").at("rope_theta").get<double>(),
+      rs.at("factor").get<double>(), rs.at("low_freq_factor").get<double>(), rs.at("high_freq_factor").get<double>(),
+      double(rs.at("original_max_position_embeddings").get<int64_t>()));
+  ASSERT_EQ(got.size(), want.size());
+  int smoothed = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << i;
+    if (want[i] > 1.0 && want[i] < 8.0) ++smoothed;
+  }
+  EXPECT_GT(smoothed, 0);  // the case covers the interpolated band too
+}
+
+// HF-specific refusals: settings the engine does not implement, and weights
+// it would not use, name the key or tensor.
+TEST(HfFolder, FamilyFoldersRefuseWhatTheyCannotRun) {
+  const std::string dir = export_family_hf("qwen2");
+  const std::string config = read_file(dir + "/config.json");
+  auto expect = [&](llm_status want, const char* named, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json c = nlohmann::json::parse(config);
+    edit(c);
+    write_file(dir + "/config.json", c.dump());
+    llm_status st = LLM_OK;
+    std::string msg;
+    try {
+      llm::read_hf_folder(dir, nullptr);
+    } catch (const llm::Error& e) {
+      st = e.status();
+      msg = e.what();
+    }
+    EXPECT_EQ(st, want) << named << ": " << msg;
+    EXPECT_NE(msg.find(named), std::string::npos) << msg;
+  };
+  expect(LLM_ERR_UNSUPPORTED, "use_sliding_window", [](nlohmann::json& c) { c["use_sliding_window"] = true; });
+  expect(LLM_ERR_UNSUPPORTED, "dynamic",
+         [](nlohmann::json& c) { c["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}}; });
+  expect(LLM_ERR_FORMAT, "llama3",
+         [](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; });
+  expect(LLM_ERR_FORMAT, "long_factor", [](nlohmann::json& c) {
+    c["rope_scaling"] = {{"type", "longrope"}, {"long_factor", {1.0, 2.0}}, {"short_factor", {1.0, 2.0}}};
+    c["original_max_position_embeddings"] = 256;
+  });
+  expect(LLM_ERR_UNSUPPORTED, "hidden_act", [](nlohmann::json& c) { c["hidden_act"] = "relu"; });
+  expect(LLM_ERR_FORMAT, "partial_rotary_factor", [](nlohmann::json& c) { c["partial_rotary_factor"] = 1.5; });
+  expect(LLM_OK, "", [](nlohmann::json&) {});
+  // A tensor inside the decoder that no part of the block uses.
+  {
+    const std::string st = read_file(dir + "/model.safetensors");
+    const llm::SafetensorsFile f = llm::parse_safetensors(reinterpret_cast<const uint8_t*>(st.data()), st.size());
+    std::vector<StEntry> entries;
+    for (const auto& t : f.tensors)
+      entries.push_back({t.name, t.dtype, t.shape, std::string(reinterpret_cast<const char*>(t.data), t.nbytes)});
+    const float z[4] = {0, 0, 0, 0};
+    entries.push_back({"model.layers.0.self_attn.extra_gate.weight", "F32", {4}, floats_as(z, 4, "F32")});
+    write_file(dir + "/model.safetensors", make_safetensors(entries));
+    expect(LLM_ERR_UNSUPPORTED, "model.layers.0.self_attn.extra_gate.weight", [](nlohmann::json&) {});
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+
 TEST(HfFolder, RejectsBadFolders) {
   const std::string dir = tmp_dir("hf_bad");
   export_hf(dir, HfExport{});
@@ -754,7 +933,7 @@ TEST(HfFolder, RejectsBadFolders) {
     write_file(dir + "/config.json", c.dump());
   };
   set_config([](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; });
-  expect_status(LLM_ERR_UNSUPPORTED, "rope_scaling");
+  expect_status(LLM_ERR_FORMAT, "rope_scaling llama3 without its frequency bounds");
   set_config([](nlohmann::json& c) {
     c["model_type"] = "gpt2";
     c["architectures"] = {"GPT2LMHeadModel"};
