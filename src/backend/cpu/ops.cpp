@@ -8,6 +8,7 @@
 #include "backend/cpu/attention_rows.h"
 #include "backend/cpu/cpu_features.h"
 #include "core/half.h"
+#include "core/silu.h"
 #include "core/thread_pool.h"
 
 namespace llm::cpu {
@@ -88,10 +89,11 @@ void rope(float* x, int64_t n, int32_t n_heads, int32_t head_dim, const int32_t*
 }
 
 void silu_mul(float* a, const float* b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = a[i];
-    a[i] = v * (1.0f / (1.0f + std::exp(-v))) * b[i];
+  if (use_avx2_kernels()) {
+    avx2::silu_mul(a, b, n);
+    return;
   }
+  for (int64_t i = 0; i < n; ++i) a[i] = silu::silu_mul(a[i], b[i]);
 }
 
 // GELU is evaluated at the input rounded to fp16 and its result rounded to

@@ -39,8 +39,12 @@ void rope_head(float* x, const Rope& r, int64_t pos);
 void rope(float* x, int64_t n, int32_t n_heads, int32_t head_dim, const int32_t* pos, float theta);
 void rope_head(float* x, int32_t head_dim, int64_t pos, float theta);
 
-// a[i] = silu(a[i]) * b[i]
+// a[i] = silu(a[i]) * b[i], with core/silu.h's exponential (the same bits on
+// every path: scalar, AVX2, CUDA).
 void silu_mul(float* a, const float* b, int64_t n);
+namespace avx2 {
+void silu_mul(float* a, const float* b, int64_t n);  // elementwise_avx2.cpp; only when use_avx2_kernels()
+}
 // a[i] = gelu_tanh(a[i]) * b[i], gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
 // evaluated through fp16 as ggml does (see ops.cpp)
 void gelu_tanh_mul(float* a, const float* b, int64_t n);

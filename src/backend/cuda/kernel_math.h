@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "core/half.h"
+#include "core/silu.h"
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
@@ -187,7 +188,7 @@ LLM_HD int32_t kv_slot_of(int64_t pos, int32_t page_tokens) { return int32_t(pos
 LLM_HD float rms_inv(float sumsq, int64_t dim, float eps) { return 1.0f / sqrtf(sumsq / float(dim) + eps); }
 
 // cpu::silu_mul for one element.
-LLM_HD float silu_mul(float g, float u) { return g * (1.0f / (1.0f + expf(-g))) * u; }
+LLM_HD float silu_mul(float g, float u) { return ::llm::silu::silu_mul(g, u); }
 
 // RoPE on adjacent pairs (2j, 2j+1): angle = pos * theta^(-2j / head_dim), as cpu::rope_head.
 LLM_HD float rope_inv_freq(int32_t even_index, int32_t head_dim, float theta) {
