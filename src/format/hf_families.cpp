@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <memory>
 
 #include "core/error.h"
@@ -49,8 +48,7 @@ const json::Value* member(const json::Value* obj, const char* key) {
 // GGUF-style keys (model/family.h) answered from config.json.
 class HfHParams final : public HParams {
  public:
-  HfHParams(const json::Value& c, std::string arch, const std::string& model_type)
-      : c_(c), arch_(std::move(arch)), model_type_(model_type) {
+  HfHParams(const json::Value& c, std::string arch) : c_(c), arch_(std::move(arch)) {
     rs_ = member(&c_, "rope_scaling");
     if (!rs_) rs_ = member(&c_, "rope_parameters");  // newer transformers
     if (rs_) rs_->as_object("config.json rope_scaling");
@@ -222,7 +220,6 @@ class HfHParams final : public HParams {
 
   const json::Value& c_;
   std::string arch_;
-  std::string model_type_;
   const json::Value* rs_ = nullptr;
 };
 
@@ -291,7 +288,7 @@ HfModelPlan hf_model_plan(const json::Value& c) {
 
   std::string act = c.get_string("hidden_activation", "");
   if (act.empty()) act = c.get_string("hidden_act", kind->act);
-  LLM_CHECK(act == kind->act || (gemma && act == "gelu_pytorch_tanh"), LLM_ERR_UNSUPPORTED,
+  LLM_CHECK(act == kind->act, LLM_ERR_UNSUPPORTED,
             "config.json: hidden_act '%s' is not supported for %s (%s)", act.c_str(), type.c_str(), kind->act);
   LLM_CHECK(!c.get_bool("mlp_bias", false), LLM_ERR_UNSUPPORTED, "config.json: MLP biases are not supported");
   if ((type == "qwen2" || type == "qwen3") && c.get_bool("use_sliding_window", false))
@@ -299,7 +296,7 @@ HfModelPlan hf_model_plan(const json::Value& c) {
 
   HfModelPlan plan;
   ModelConfig& m = plan.config;
-  const HfHParams hp(c, kind->arch, type);
+  const HfHParams hp(c, kind->arch);
   const std::string scaling = hp.scaling_type();
   LLM_CHECK(scaling.empty() || scaling == "default" || scaling == "linear" || scaling == "yarn" ||
                 scaling == "llama3" || scaling == "longrope",
