@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/cpu/matmul.h"
+#include "core/silu.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
@@ -387,7 +388,8 @@ double run_sequence(const Net& net, const std::vector<Param>& params, const floa
     rms_fwd(x_mid, w(Ly.ffn_norm), h2, &t.r2[size_t(l * n)], n, D, eps);
     mm(h2, w(Ly.gate), a, n, D, F);
     mm(h2, w(Ly.up), b, n, D, F);
-    for (int64_t e = 0; e < n * F; ++e) act[e] = a[e] / (1.0f + std::exp(-a[e])) * b[e];
+    // The engine's SiLU (core/silu.h): the student trains through the function it will run.
+    for (int64_t e = 0; e < n * F; ++e) act[e] = silu::silu_mul(a[e], b[e]);
     mm(act, w(Ly.down), t.dh.data(), n, F, D);
     for (int64_t e = 0; e < n * D; ++e) x[size_t(e)] = x_mid[e] + t.dh[size_t(e)];
   }
@@ -427,7 +429,7 @@ double run_sequence(const Net& net, const std::vector<Param>& params, const floa
     mm_dx(dx.data(), wt(Ly.down), t.dact.data(), n, F, D, t.tmp);
     mm_dw(dx.data(), act, g(Ly.down), n, F, D, t.tmp);
     for (int64_t e = 0; e < n * F; ++e) {
-      const float s = 1.0f / (1.0f + std::exp(-a[e]));
+      const float s = 1.0f / (1.0f + silu::exp(-a[e]));
       t.db[size_t(e)] = t.dact[size_t(e)] * a[e] * s;
       t.da[size_t(e)] = t.dact[size_t(e)] * b[e] * s * (1.0f + a[e] * (1.0f - s));
     }

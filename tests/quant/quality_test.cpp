@@ -293,11 +293,15 @@ TEST(QuantQuality, Q4G32CalibratedRecipesBeatPlain) {
 
 // Quantization-aware distillation (llm-convert --gptq C --qat C): GPTQ's
 // q4m g32 + q8 embeddings, then fine-tuned to the f32 model's next-token
-// distributions on the calibration text (100 steps, as llm-convert's
-// defaults except the step size). The 4-bit recipe that clears 95%
-// (docs/QUANTIZATION.md, section 4; here 95.9%, KL 0.0123 against GPTQ's
-// 0.0178). Agreement moves by a position or two between CPUs (the float
-// order of the f32 matmuls differs by ISA); the KL bound is the firm one.
+// distributions on the calibration text (150 steps of step size 0.002). The
+// 4-bit recipe that clears 95% (docs/QUANTIZATION.md, section 4; here 95.4%,
+// fast kernels 96.0%, KL 0.0120 against GPTQ's 0.0178). Agreement over the
+// 810 positions moves by a few positions with any change of float rounding
+// along the training path: at 100 steps it landed at 95.9%, then at 93.8%
+// after SiLU's exponential changed by a few ulp (KL unchanged, 0.012), and
+// between 93.6% and 95.6% for step sizes 0.0015-0.003. The KL bounds are the
+// firm ones; with 150 steps (calibration KL 0.0077 instead of 0.011) the
+// agreement passes, but it stays within a few positions of the bar.
 TEST(QuantQuality, Q4MDistilledReaches95) {
   const std::vector<int32_t> calib = sampled_calibration();
   llm::ThreadPool pool(2);
@@ -311,7 +315,7 @@ TEST(QuantQuality, Q4MDistilledReaches95) {
   const Quality qg = compare(f32_model(), *build(finish_plan(gptq, co), true));
 
   llm::DistillOptions opt;
-  opt.steps = 100;
+  opt.steps = 150;
   opt.lr = 2e-3f;
   llm::DistillReport rep;
   const llm::ModelSource qat = llm::distill_quantize(f32_source(), gptq, windows, co, opt, &rep, &pool);
