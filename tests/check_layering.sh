@@ -5,6 +5,8 @@
 # (docs/ARCHITECTURE.md, "Layering"):
 #   - quant/ never includes format/ (format/ may include quant/: the readers
 #     decode weight blocks with it);
+#   - format/ never includes model/ (the family interface the readers call,
+#     format/family_spec.h, is in format/; model/ implements it);
 #   - only convert/ and the programs in cli/ include convert/ (the offline code
 #     that libllm.so does not contain).
 # Prints every include that breaks it and exits 1.
@@ -20,6 +22,12 @@ include='^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]'
 
 if hits=$(grep -rnE "${include}format/" "$src/quant"); then
   echo "LAYERING: src/quant includes format/ (quant/ must not depend on format/):"
+  echo "$hits"
+  fail=1
+fi
+
+if hits=$(grep -rnE "${include}model/" "$src/format"); then
+  echo "LAYERING: src/format includes model/ (model/ reads files through format/, not the other way):"
   echo "$hits"
   fail=1
 fi

@@ -2,7 +2,7 @@
 // its calibration activations. See awq.h for the method.
 #include "convert/awq.h"
 
-#include "model/family.h"
+#include "format/family_spec.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 #include "quant/quant.h"
 #include "convert/ggml_quantize.h"
 #include "convert/llm_file_writer.h"

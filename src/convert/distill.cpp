@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 #include "quant/quant.h"
 #include "convert/awq.h"
 #include "convert/ggml_quantize.h"

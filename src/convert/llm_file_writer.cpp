@@ -131,7 +131,7 @@ std::vector<uint8_t> encode_metadata(const ModelConfig& c, const VocabData& v,
   e.i64("config.seq_len", c.seq_len);
   e.f64("config.rope_theta", c.rope_theta);
   e.f64("config.norm_eps", c.norm_eps);
-  // The block spec (model/family.h). Readers before these keys existed refuse
+  // The block spec (format/family_spec.h). Readers before these keys existed refuse
   // every family but llama by config.arch; a llama with a non-default spec
   // (RoPE factors, biases) is refused by its extra tensors there.
   const BlockSpec& b = c.spec;

@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 #include "quant/ggml_quants.h"
 #include "quant/quant.h"
 

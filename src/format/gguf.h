@@ -61,7 +61,7 @@ size_t ggml_type_size(GgmlType type, int64_t n);
 const char* ggml_type_name(GgmlType type);
 
 // Maps a parsed GGUF to a ModelSource. general.architecture names the family
-// (model/family.h; unknown -> LLM_ERR_UNSUPPORTED naming it), whose file reads
+// (format/family_spec.h; unknown -> LLM_ERR_UNSUPPORTED naming it), whose file reads
 // the hyper-parameters and the block spec. Tensors are kept as they are, zero
 // copy: F32/F16/BF16, Q8_0 -> DType::Q8, Q4_0 -> DType::Q4 g32, Q4_1 ->
 // DType::Q4M g32, and Q5_0, Q5_1, IQ4_NL, Q2_K .. Q6_K -> the DType of the

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "core/error.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 
 namespace llm {
 
@@ -45,7 +45,7 @@ const json::Value* member(const json::Value* obj, const char* key) {
   return v && !v->is_null() ? v : nullptr;
 }
 
-// GGUF-style keys (model/family.h) answered from config.json.
+// GGUF-style keys (format/family_spec.h) answered from config.json.
 class HfHParams final : public HParams {
  public:
   HfHParams(const json::Value& c, std::string arch) : c_(c), arch_(std::move(arch)) {

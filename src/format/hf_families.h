@@ -1,4 +1,4 @@
-// A Hugging Face config.json seen through the model families (model/family.h):
+// A Hugging Face config.json seen through the model families (format/family_spec.h):
 // the family's own configure() reads it through an HParams that maps the
 // GGUF-style keys to config.json's, so one spec per family serves both
 // formats. Also the plan of the folder's tensors: HF name -> GGUF name,

@@ -14,7 +14,7 @@
 //   blk.{i}.ffn_gate.weight      [hidden_dim, dim]       (w1)
 //   blk.{i}.ffn_up.weight        [hidden_dim, dim]       (w3)
 //   blk.{i}.ffn_down.weight      [dim, hidden_dim]       (w2)
-// and, where the family's spec (model/family.h) uses them:
+// and, where the family's spec (format/family_spec.h) uses them:
 //   rope_freqs.weight            [rope_dims / 2]         (Llama 3 frequency divisors)
 //   blk.{i}.attn_{q,k,v,output}.bias                     (optional biases, e.g. Qwen 2)
 //   blk.{i}.attn_qkv.weight      [q_dim + 2 kv_dim, dim] (fused q/k/v, split at load)
@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "core/mapped_file.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 #include "quant/dtype.h"
 
 namespace llm {
@@ -51,7 +51,7 @@ struct ModelConfig {
   int32_t seq_len = 0;   // trained context length
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
-  BlockSpec spec;        // what the family changes in the block (model/family.h)
+  BlockSpec spec;        // what the family changes in the block (format/family_spec.h)
 };
 
 // Token types as in GGUF tokenizer.ggml.token_type.

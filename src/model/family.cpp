@@ -1,4 +1,4 @@
-#include "model/family.h"
+#include "format/family_spec.h"
 
 #include <cmath>
 #include <limits>

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "format/model_source.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 #include "model/gemma_common.h"
 
 namespace llm {

@@ -7,7 +7,7 @@
 // scaling (linear 8 on 4B+). head_dim is independent of dim / n_heads
 // (270M: 4 heads of 256 on a 640-wide model).
 #include "format/model_source.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 #include "model/gemma_common.h"
 
 namespace llm {

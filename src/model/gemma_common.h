@@ -1,7 +1,7 @@
 // What Gemma 2 and Gemma 3 share (gemma2.cpp, gemma3.cpp).
 #pragma once
 
-#include "model/family.h"
+#include "format/family_spec.h"
 
 namespace llm {
 

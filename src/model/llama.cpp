@@ -6,7 +6,7 @@
 //   llama.attention.sliding_window (Mistral 7B v0.1 style, every layer) is
 //   honoured when a file carries it.
 #include "format/model_source.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 
 namespace llm {
 

@@ -12,7 +12,7 @@
 #include "core/half.h"
 #include "format/gguf.h"
 #include "format/llm_file.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 #include "quant/quant.h"
 
 namespace llm {
@@ -117,7 +117,7 @@ cpu::WeightView Model::matrix_rows(const std::string& name, int64_t total_rows, 
 
 // Frequencies of the RoPE pairs: inv_freq[j] = scale / (base^(2j / rope_dims) * factor[j]),
 // with exactly the float expressions of cpu::rope (so a plain Llama's angles
-// do not change with this table). Under YaRN (family.h) pair j's scale is
+// do not change with this table). Under YaRN (format/family_spec.h) pair j's scale is
 // blended with 1 by m_j = ext * ramp(j): scale (1 - m_j) + m_j.
 static std::vector<float> rope_inv_freq(int32_t rope_dims, float base, float scale, const float* factors,
                                         const BlockSpec& s) {

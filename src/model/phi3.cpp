@@ -5,9 +5,9 @@
 //   whose converters do not record which layers it covers (every Phi-3 mini
 //   GGUF carries 2047 against a 4096 context). LongRoPE (the 128k models:
 //   rope_factors_long / rope_factors_short, rope.scaling.attn_factor) is read
-//   by read_common_hparams and the model builder (family.h).
+//   by read_common_hparams and the model builder (format/family_spec.h).
 #include "format/model_source.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 
 namespace llm {
 

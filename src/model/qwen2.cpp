@@ -1,7 +1,7 @@
 // Qwen 2 / Qwen 2.5: the Llama block with q/k/v biases (attn_{q,k,v}.bias,
 // used when present) and NeoX ("half") RoPE.
 #include "format/model_source.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 
 namespace llm {
 

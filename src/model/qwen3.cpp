@@ -2,7 +2,7 @@
 // (attn_q_norm / attn_k_norm [head_dim]), head_dim from attention.key_length
 // (128 on every size, not dim / n_heads), no biases.
 #include "format/model_source.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 
 namespace llm {
 

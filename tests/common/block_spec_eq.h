@@ -1,4 +1,4 @@
-// Field-by-field equality of two block specs (model/family.h), for tests that
+// Field-by-field equality of two block specs (format/family_spec.h), for tests that
 // read one model through two paths (GGUF and .llm, GGUF and an HF folder).
 // norm_offset is left to the caller: an HF Gemma folder stores its norms as
 // w for 1 + w, so that one field differs by design there.
@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/family.h"
+#include "format/family_spec.h"
 
 namespace llm::testing {
 

@@ -10,7 +10,7 @@
 #include "format/hf_families.h"
 #include "format/json.h"
 #include "fuzz_common.h"
-#include "model/family.h"
+#include "format/family_spec.h"
 
 LLM_FUZZ_TARGET(hf_config) {
   if (size > 65536) return 0;

@@ -1,4 +1,4 @@
-// The CPU forward pass of one model block spec (model/family.h) over a
+// The CPU forward pass of one model block spec (format/family_spec.h) over a
 // session's paged KV cache: embeddings, every layer, final norm and logits.
 // The session decides which tokens, pages and positions; this file holds
 // all of the model math it runs on the CPU. forward_batch runs the tokens of

@@ -20,6 +20,12 @@
 // Tensor names are GGUF's (format/model_source.h lists them); the model
 // builder asks for exactly the tensors the spec implies and refuses a file
 // that holds others, so nothing that changes the math is silently ignored.
+//
+// This header sits in format/, beside ModelConfig, because both sides use
+// it: the readers (gguf.cpp, hf_families.cpp) call a family's configure()
+// through it, and the family files in model/ implement it. So format/ needs
+// nothing from model/ (tests/check_layering.sh); the functions declared here
+// are defined in src/model/family.cpp and src/model/<family>.cpp.
 #pragma once
 
 #include <cstdint>
