@@ -2,8 +2,6 @@
 // its calibration activations. See awq.h for the method.
 #include "convert/awq.h"
 
-#include "format/family_spec.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>

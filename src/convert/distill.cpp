@@ -10,9 +10,9 @@
 #include <string>
 
 #include "backend/cpu/matmul.h"
-#include "core/silu.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "core/silu.h"
 #include "core/thread_pool.h"
 #include "format/family_spec.h"
 #include "quant/quant.h"

@@ -164,16 +164,15 @@ class HfHParams final : public HParams {
     }
     if (key.compare(0, 13, "rope.scaling.") == 0 && rs_) {
       const std::string k = key.substr(13);
-      const char* hf = k == "factor"                    ? "factor"
-                       : k == "original_context_length" ? nullptr
-                       : k == "yarn_beta_fast"          ? "beta_fast"
-                       : k == "yarn_beta_slow"          ? "beta_slow"
-                       : k == "yarn_attn_factor"        ? "attention_factor"
-                       : k == "yarn_ext_factor"         ? "extrapolation_factor"
-                       : k == "yarn_log_multiplier"     ? "mscale_all_dim"
-                                                        : "";
       if (k == "original_context_length") return original_context(name_out);
-      if (!hf || !*hf) return nullptr;
+      const char* hf = k == "factor"                ? "factor"
+                       : k == "yarn_beta_fast"      ? "beta_fast"
+                       : k == "yarn_beta_slow"      ? "beta_slow"
+                       : k == "yarn_attn_factor"    ? "attention_factor"
+                       : k == "yarn_ext_factor"     ? "extrapolation_factor"
+                       : k == "yarn_log_multiplier" ? "mscale_all_dim"
+                                                    : nullptr;
+      if (!hf) return nullptr;
       const std::string t = scaling_type();
       // Llama 3's factor shapes rope_freqs.weight, not a linear scale.
       if (t == "llama3" || t == "longrope") return nullptr;
@@ -273,9 +272,10 @@ std::vector<float> llama3_rope_factors(int32_t rope_dims, double base, double fa
 HfModelPlan hf_model_plan(const json::Value& c) {
   c.as_object("config.json");
   const std::string model_type = c.get_string("model_type", "");
+  // By model_type, else by the class named in "architectures".
   const HfKind* kind = nullptr;
   for (const HfKind& k : kKinds)
-    if (model_type == k.model_type || (model_type.empty() && names_architecture(c, k.architecture))) kind = &k;
+    if (model_type == k.model_type) kind = &k;
   if (!kind)
     for (const HfKind& k : kKinds)
       if (names_architecture(c, k.architecture)) kind = &k;
