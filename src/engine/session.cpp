@@ -5,14 +5,9 @@
 #include <cstring>
 #include <functional>
 
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/forward.h"
 #include "core/error.h"
 
 namespace llm {
-
-// Prompts longer than this run in chunks, bounding scratch memory.
-static constexpr int64_t kMaxChunk = 512;
 
 // Makes sure v can take `more` elements without reallocating (geometric growth).
 template <typename T>
@@ -20,21 +15,20 @@ static void reserve_room(std::vector<T>& v, size_t more) {
   if (v.capacity() - v.size() < more) v.reserve(std::max(v.size() + more, 2 * v.size()));
 }
 
-// A vocab-only model has no page pool: refuse before binding a reference to it.
-static kv::PagePool& pool_of(const Model& model) {
+// A vocab-only model has no backend: refuse before binding a reference to one.
+static Backend& backend_of(const Model& model, llm_kv_type t) {
   LLM_CHECK(!model.vocab_only(), LLM_ERR_UNSUPPORTED, "the model was loaded vocab-only; sessions need weights");
-  return model.kv_pool();
+  LLM_CHECK(t == LLM_KV_F16 || t == LLM_KV_F32 || t == LLM_KV_INT8 || t == LLM_KV_INT4, LLM_ERR_INVALID_ARGUMENT,
+            "unknown kv_type %d", int(t));
+  return model.backend_for(t);
 }
 
 Session::Session(const Model& model, const SessionOptions& opts)
-    : model_(model), opts_(opts), pool_(pool_of(model)), lpool_(model.kv_pool_local()) {
-  LLM_CHECK(opts.kv_type == LLM_KV_F16 || opts.kv_type == LLM_KV_F32 || opts.kv_type == LLM_KV_INT8 ||
-                opts.kv_type == LLM_KV_INT4,
-            LLM_ERR_INVALID_ARGUMENT, "unknown kv_type %d", int(opts.kv_type));
+    : model_(model), opts_(opts), backend_(backend_of(model, opts.kv_type)) {
   const uint32_t ctx = uint32_t(std::max(model.config().seq_len, 1));
   capacity_ = opts.max_tokens ? opts.max_tokens : ctx;
   if (opts.window) {
-    const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
+    const uint32_t pt = page_tokens();
     LLM_CHECK(uint64_t(opts.n_sink) + pt < opts.window, LLM_ERR_INVALID_ARGUMENT,
               "window %u must exceed n_sink %u by more than one page (%u tokens)", opts.window, opts.n_sink, pt);
     LLM_CHECK(opts.window <= capacity_ || opts.max_tokens == 0, LLM_ERR_INVALID_ARGUMENT,
@@ -42,31 +36,17 @@ Session::Session(const Model& model, const SessionOptions& opts)
     capacity_ = opts.window;  // positions never exceed the window
   }
   logits_.resize(size_t(model.config().vocab_size));
-  if (model.cuda() && model.cuda()->kv_type() == opts.kv_type) seq_ = model.cuda()->new_sequence();
+  seq_ = backend_.new_sequence(opts.kv_type);
 }
 
-Session::~Session() { release_all(); }
+Session::~Session() = default;
 
-void Session::release_all() {
-  for (int t = 0; t < n_tables(); ++t) {
-    for (kv::Page* p : table(t))
-      if (p) pool(t).release(p);
-    table(t).clear();
-  }
-  local_first_ = 0;
-}
-
-size_t Session::n_local_pages() const {
-  size_t n = 0;
-  for (const kv::Page* p : lpages_) n += p != nullptr;
-  return n;
-}
+uint32_t Session::page_tokens() const { return uint32_t(model_.kv_pool().geometry().page_tokens); }
 
 void Session::reset() {
-  release_all();
-  if (seq_) seq_ = model_.cuda()->new_sequence();
+  seq_.reset();  // its pages go back before the new sequence takes any
+  seq_ = backend_.new_sequence(opts_.kv_type);
   tokens_.clear();
-  n_cached_ = 0;
   pending_ = logits_valid_ = sampled_since_prefill_ = false;
   n_prompt_ = n_generated_ = n_evicted_ = prompt_tokens_timed_ = 0;
   last_prefill_ms_ = ttft_ms_ = prompt_ms_total_ = gen_ms_total_ = 0;
@@ -75,88 +55,27 @@ void Session::reset() {
   constraint_.reset();
 }
 
-// ---------------------------------------------------------------- pages
-
-void Session::make_private(int t, size_t i) {
-  std::vector<kv::Page*>& pages = table(t);
-  kv::PagePool& pl = pool(t);
-  kv::Page* p = pages[i];
-  if (p && p->refs.load(std::memory_order_acquire) == 1) return;
-  std::vector<kv::Page*> fresh;
-  LLM_CHECK(pl.acquire(opts_.kv_type, 1, fresh), LLM_ERR_CONTEXT_FULL, "KV page pool is full (%s)",
-            p ? "copy-on-write" : "window page");
-  if (p) {
-    std::memcpy(fresh[0]->data, p->data, pl.page_bytes(p->type));
-    pl.release(p);
-  }
-  pages[i] = fresh[0];
-}
-
-void Session::reserve_slots(uint32_t from, uint32_t to) {
-  const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
-  const size_t need = (size_t(to) + pt - 1) / pt;
-  for (int t = 0; t < n_tables(); ++t) {
-    std::vector<kv::Page*>& pages = table(t);
-    if (need > pages.size()) {
-      std::vector<kv::Page*> fresh;
-      LLM_CHECK(pool(t).acquire(opts_.kv_type, need - pages.size(), fresh), LLM_ERR_CONTEXT_FULL,
-                "KV page pool is full (%llu of %llu bytes in use)",
-                (unsigned long long)(pool_.bytes_in_use() + (lpool_ ? lpool_->bytes_in_use() : 0)),
-                (unsigned long long)pool_.budget_bytes());
-      pages.insert(pages.end(), fresh.begin(), fresh.end());
-    }
-    for (size_t i = from / pt; i < need && i < pages.size(); ++i) make_private(t, i);
-  }
-}
-
-void Session::shrink_pages() {
-  const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
-  const size_t need = (size_t(n_cached_) + pt - 1) / pt;
-  for (int t = 0; t < n_tables(); ++t) {
-    std::vector<kv::Page*>& pages = table(t);
-    while (pages.size() > need) {
-      if (pages.back()) pool(t).release(pages.back());
-      pages.pop_back();
-    }
-  }
-  if (!lpool_) return;
-  // The windowed layers keep the last W + 1 slots: the next query reads W of
-  // them, and re-running the last token (logits after an eviction) one more.
-  const uint32_t w = model_.kv_local_window();
-  if (n_cached_ > w) local_first_ = std::max(local_first_, n_cached_ - w);
-  local_first_ = std::min(local_first_, n_cached_);
-  for (size_t i = 0; i < lpages_.size() && (i + 1) * pt <= local_first_; ++i) {
-    if (lpages_[i]) lpool_->release(lpages_[i]);
-    lpages_[i] = nullptr;
-  }
-}
-
 void Session::kv_row(int32_t layer, int kv, int32_t head, uint32_t slot, float* out) const {
   const ModelConfig& c = model_.config();
-  LLM_CHECK(slot < n_cached_ && layer >= 0 && layer < c.n_layers && head >= 0 && head < c.n_kv_heads,
+  LLM_CHECK(slot < n_cached() && layer >= 0 && layer < c.n_layers && head >= 0 && head < c.n_kv_heads &&
+                (kv == 0 || kv == 1),
             LLM_ERR_INVALID_ARGUMENT, "kv_row out of range");
-  if (gpu()) return gpu()->kv_row(*seq_, layer, kv, head, slot, out);
-  const LayerWeights& w = model_.layers()[size_t(layer)];
-  const bool local = w.kv_group == 1;
-  LLM_CHECK(!local || slot >= local_first_, LLM_ERR_INVALID_ARGUMENT,
-            "kv_row: slot %u has left the window of layer %d", slot, layer);
-  const kv::Geometry& g = local ? lpool_->geometry() : pool_.geometry();
-  const kv::Page* p = (local ? lpages_ : pages_)[slot / uint32_t(g.page_tokens)];
-  kv::load_row(g, p, w.kv_layer, kv, head, int32_t(slot % uint32_t(g.page_tokens)), out);
+  backend_.kv_row(*seq_, layer, kv, head, slot, out);
 }
 
 // ---------------------------------------------------------------- forward
 
 void Session::make_room(size_t m) {
-  if (size_t(n_cached_) + m <= capacity_) return;
+  const uint32_t cached = n_cached();
+  if (size_t(cached) + m <= capacity_) return;
   if (!opts_.window)
-    fail(LLM_ERR_CONTEXT_FULL, "context full: %u cached + %zu new tokens > %u", n_cached_, m, capacity_);
+    fail(LLM_ERR_CONTEXT_FULL, "context full: %u cached + %zu new tokens > %u", cached, m, capacity_);
   // Evict the oldest non-sink tokens in whole-page steps.
-  const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
-  const size_t over = size_t(n_cached_) + m - capacity_;
+  const uint32_t pt = page_tokens();
+  const size_t over = size_t(cached) + m - capacity_;
   size_t drop = (over + pt - 1) / pt * pt;
-  drop = std::min<size_t>(drop, n_cached_ - std::min(n_cached_, opts_.n_sink));
-  LLM_CHECK(size_t(n_cached_) - drop + m <= capacity_, LLM_ERR_CONTEXT_FULL,
+  drop = std::min<size_t>(drop, cached - std::min(cached, opts_.n_sink));
+  LLM_CHECK(size_t(cached) - drop + m <= capacity_, LLM_ERR_CONTEXT_FULL,
             "%zu tokens do not fit in the window of %u", m, capacity_);
   evict(opts_.n_sink, uint32_t(drop));
 }
@@ -168,29 +87,34 @@ void Session::forward(const int32_t* toks, size_t n, bool allow_cancel, size_t n
   // sliding window evicted rows to make room: those cannot come back, so the
   // completed chunks stay (cache and tokens_ agree either way).
   const size_t old_part = n - n_new;  // leading tokens already in tokens_ (a pending one)
-  const uint32_t cached0 = n_cached_, evicted0 = n_evicted_;
+  const uint32_t cached0 = n_cached(), evicted0 = n_evicted_;
   const size_t tokens0 = tokens_.size();
   const bool logits_valid0 = logits_valid_;
+  const size_t max_rows = backend_.max_rows();
   std::vector<float> logits0;
-  const bool multi = n > size_t(kMaxChunk) || opts_.window;
+  const bool multi = n > max_rows || opts_.window;
   if (multi) logits0 = logits_;
+  std::function<bool()> cancel;
+  if (allow_cancel && opts_.cancel) cancel = [this] { return opts_.cancel(opts_.cancel_user) != 0; };
   size_t done = 0;
+  if (multi) backend_.hold(*seq_);  // undoing completed chunks stays exact on sliding-window layers
   try {
     while (done < n) {
       // With a window, each chunk must fit after eviction.
-      size_t chunk = std::min<size_t>(n - done, size_t(kMaxChunk));
-      if (opts_.window)
-        chunk = std::min<size_t>(chunk, capacity_ - opts_.n_sink - uint32_t(pool_.geometry().page_tokens));
+      size_t chunk = std::min(n - done, max_rows);
+      if (opts_.window) chunk = std::min<size_t>(chunk, capacity_ - opts_.n_sink - page_tokens());
       make_room(chunk);
-      forward_chunk(toks + done, int64_t(chunk), allow_cancel);
+      LLM_CHECK(size_t(n_cached()) + chunk <= capacity_, LLM_ERR_CONTEXT_FULL, "context full");
+      backend_.forward(*seq_, toks + done, chunk, logits_.data(), cancel);
+      logits_valid_ = true;
       const size_t new_from = std::max(done, old_part), new_to = done + chunk;
       if (new_to > new_from) tokens_.insert(tokens_.end(), toks + new_from, toks + new_to);  // room reserved
       done += chunk;
     }
   } catch (...) {
     if (n_evicted_ == evicted0) {
-      if (n_cached_ != cached0) {
-        n_cached_ = cached0;
+      if (n_cached() != cached0) {
+        backend_.truncate(*seq_, cached0);
         if (multi) {
           logits_.swap(logits0);
           logits_valid_ = logits_valid0;
@@ -202,49 +126,10 @@ void Session::forward(const int32_t* toks, size_t n, bool allow_cancel, size_t n
     } else if (old_part > 0 && done > 0) {
       pending_ = false;  // the pending token went into the cache with the first chunk
     }
-    shrink_pages();  // pages reserved for the failed chunk go back
+    if (multi) backend_.release_hold(*seq_);
     throw;
   }
-}
-
-void Session::forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel) {
-  const uint32_t p0 = n_cached_;
-  LLM_CHECK(size_t(p0) + size_t(n) <= capacity_, LLM_ERR_CONTEXT_FULL, "context full");
-  if (gpu()) {
-    if (n == 1 && !allow_cancel) {  // a decode step: the batched, graph-captured path
-      cuda::DecodeOutput out;
-      out.logits = logits_.data();
-      cuda::Sequence* seq = seq_.get();
-      gpu()->decode(&seq, toks, 1, out);
-    } else {
-      std::function<bool()> cancel;
-      if (allow_cancel && opts_.cancel) cancel = [this] { return opts_.cancel(opts_.cancel_user) != 0; };
-      gpu()->prefill(*seq_, toks, size_t(n), logits_.data(), cancel);
-    }
-    n_cached_ = seq_->length();
-    logits_valid_ = true;
-    return;
-  }
-
-  reserve_slots(p0, p0 + uint32_t(n));
-  cpu::ForwardArgs a;
-  a.tokens = toks;
-  a.n = n;
-  a.p0 = p0;
-  a.pages[0] = pages_.data();
-  a.pages[1] = lpages_.data();
-  a.first_slot[1] = local_first_;
-  a.logits = logits_.data();
-  if (allow_cancel && opts_.cancel) a.cancel = [this] { return opts_.cancel(opts_.cancel_user) != 0; };
-  try {
-    cpu::forward(model_, a, scratch_);
-  } catch (...) {
-    shrink_pages();  // pages taken for this chunk go back
-    throw;
-  }
-  n_cached_ = p0 + uint32_t(n);
-  logits_valid_ = true;
-  shrink_pages();  // the windowed layers' pages that every window has left
+  if (multi) backend_.release_hold(*seq_);
 }
 
 // ---------------------------------------------------------------- API ops
@@ -264,8 +149,8 @@ void Session::prefill(const int32_t* toks, size_t n) {
   if (pending_) batch.push_back(tokens_.back());
   batch.insert(batch.end(), toks, toks + n);
   if (batch.empty()) return;
-  if (!opts_.window && size_t(n_cached_) + batch.size() > capacity_)
-    fail(LLM_ERR_CONTEXT_FULL, "context full: %u cached + %zu new tokens > %u", n_cached_, batch.size(), capacity_);
+  if (!opts_.window && size_t(n_cached()) + batch.size() > capacity_)
+    fail(LLM_ERR_CONTEXT_FULL, "context full: %u cached + %zu new tokens > %u", n_cached(), batch.size(), capacity_);
   reserve_room(tokens_, n);  // forward() appends without reallocating
   forward(batch.data(), batch.size(), true, n);
   prefilled(nullptr, n, batch.size(), std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -285,25 +170,20 @@ void Session::prefilled(const int32_t* toks, size_t n, size_t rows, double ms) {
 
 void Session::ensure_logits() {
   LLM_CHECK(!tokens_.empty(), LLM_ERR_INVALID_ARGUMENT, "the session holds no token yet (call llm_prefill first)");
-  if (pending_) {
-    forward(&tokens_.back(), 1, false);
-    pending_ = false;
-    return;
-  }
-  if (!logits_valid_) {
-    // The cache changed under the logits (eviction): re-run the last token.
-    if (n_cached_ == 0) {
+  if (!pending_ && !logits_valid_) {
+    // The cache changed under the logits (eviction): the last token runs
+    // again, as a pending one (so a failure leaves a consistent session).
+    const uint32_t cached = n_cached();
+    if (cached == 0) {
       forward(&tokens_.back(), 1, false);
       return;
     }
-    --n_cached_;
-    if (gpu()) gpu()->truncate(*seq_, n_cached_);
-    try {
-      forward(&tokens_.back(), 1, false);
-    } catch (...) {
-      ++n_cached_;
-      throw;
-    }
+    backend_.truncate(*seq_, cached - 1);
+    pending_ = true;
+  }
+  if (pending_) {
+    forward(&tokens_.back(), 1, false);
+    pending_ = false;
   }
 }
 
@@ -395,46 +275,14 @@ void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* con
       ss[i]->check_ids(prompts[i].tokens, prompts[i].n);
     }
   auto has_prompt = [&](size_t i) { return prompts && prompts[i].n > 0; };
-  cuda::Backend* gpu = ss[0]->model_.cuda();
-  if (gpu && n > 1) {
-    // Pending tokens that need no window eviction share one pass over the
-    // weights (a GEMM with one row per session); the rest run alone below.
-    // (A prompt chunk runs alone below, as a prefill.)
-    constexpr size_t kMaxBatch = 32;
-    std::vector<Session*> batch;
-    std::vector<cuda::Sequence*> seqs;
-    std::vector<int32_t> toks;
-    for (size_t i = 0; i < n && batch.size() < kMaxBatch; ++i) {
-      Session* s = ss[i];
-      if (has_prompt(i)) break;  // it must append before the sessions after it move
-      if (s->gpu() && s->pending_ && size_t(s->n_cached_) + 1 <= s->capacity_) {
-        batch.push_back(s);
-        seqs.push_back(s->seq_.get());
-        toks.push_back(s->tokens_.back());
-      }
-    }
-    if (batch.size() > 1) {
-      const size_t vocab = size_t(ss[0]->model_.config().vocab_size);
-      std::vector<float> logits(batch.size() * vocab);
-      cuda::DecodeOutput o;
-      o.logits = logits.data();
-      gpu->decode(seqs.data(), toks.data(), batch.size(), o);  // all or nothing
-      for (size_t k = 0; k < batch.size(); ++k) {
-        Session* s = batch[k];
-        std::copy(logits.begin() + long(k * vocab), logits.begin() + long((k + 1) * vocab), s->logits_.begin());
-        s->n_cached_ = s->seq_->length();
-        s->pending_ = false;
-        s->logits_valid_ = true;
-      }
-    }
-  }
-  // CPU sessions: their pending tokens and prompt chunks run as one pass
-  // (decode_batch_cpu), then every session samples below. Each token of that
-  // pass counts the pass in its ITL, as a step alone counts its forward pass.
+  // The pending tokens and prompt chunks of the sessions that can share a
+  // pass over the weights run first (decode_batch_passes), then every
+  // session samples below. Each token of such a pass counts the pass in its
+  // ITL, as a step alone counts its forward pass.
   std::vector<uint32_t> gen0;   // per session: n_generated_ + 1 if a pass advanced it, else 0
   std::vector<double> pass_ms;  // per session: the time of the pass that advanced it
   std::vector<bool> joined;     // per session: its prompt chunk ran in a pass
-  if (n > 1) decode_batch_cpu(ss, n, prompts, gen0, pass_ms, joined);
+  if (n > 1) decode_batch_passes(ss, n, prompts, gen0, pass_ms, joined);
   struct PassTime {  // runs on the way out, also when a step throws
     Session* const* ss;
     const std::vector<uint32_t>& gen0;
@@ -454,34 +302,33 @@ void Session::decode_batch(Session* const* ss, size_t n, const llm_sampling* con
   }
 }
 
-// Batched decode on the CPU. The sessions taken are a prefix of ss in the
-// sense of llm_decode_batch's contract (sessions before a failing one have
-// advanced, it and those after it are unchanged): a CPU session with a
-// pending token or a prompt chunk, and room for them, joins; a session
-// whose step only samples (logits valid, nothing pending: the CUDA sessions
-// the pass above ran, a step right after prefill) or does nothing is passed
-// over; any other session (context full, a window eviction due, a re-run
-// after an eviction, a chunk longer than kMaxChunk) ends the batch, since
-// its step alone might fail. A pass takes up to kMaxSeqs sessions and
-// kMaxChunk rows. Pages are reserved in order; a session that cannot get
-// its pages ends the batch too (it then fails or succeeds alone). A pass is
-// all or nothing: if it throws, its sessions drop the pages they took for
-// it and are as they were, and they and the rest run alone below.
-void Session::decode_batch_cpu(Session* const* ss, size_t n, const PromptChunk* prompts,
-                                std::vector<uint32_t>& gen0, std::vector<double>& pass_ms,
-                                std::vector<bool>& joined) {
-  // Sessions per pass: beyond this the weights are read once per many
-  // tokens already and the activations outgrow the caches.
-  constexpr size_t kMaxSeqs = 64;
+// The sessions taken are a prefix of ss in the sense of llm_decode_batch's
+// contract (sessions before a failing one have advanced, it and those after
+// it are unchanged): a session on the backend of the first one with rows to
+// run, with a pending token or a prompt chunk the backend takes in a batch,
+// and room for them, joins; a session whose step only samples (logits
+// valid, nothing pending: a step right after prefill) or does nothing is
+// passed over; any other session (context full, a window eviction due, a
+// re-run after an eviction, a chunk longer than the backend batches, another
+// backend) ends the batch, since its step alone might fail. A pass takes
+// what Backend::forward_batch takes; a session that cannot get its pages
+// there ends the batch too (it then fails or succeeds alone). A pass is all
+// or nothing: if it throws, its sessions are as they were, and they and the
+// rest run alone.
+void Session::decode_batch_passes(Session* const* ss, size_t n, const PromptChunk* prompts,
+                                  std::vector<uint32_t>& gen0, std::vector<double>& pass_ms,
+                                  std::vector<bool>& joined) {
   auto prompt_n = [&](size_t i) { return prompts ? prompts[i].n : size_t(0); };
   auto rows_of = [&](size_t i) { return prompt_n(i) + (ss[i]->pending_ ? 1 : 0); };
+  Backend* be = nullptr;
   std::vector<size_t> joins;
   for (size_t i = 0; i < n; ++i) {
     Session* s = ss[i];
     const size_t rows = rows_of(i);
     const bool sample = !prompts || prompts[i].sample;
-    if (!s->gpu() && rows > 0 && rows <= size_t(kMaxChunk) && size_t(s->n_cached_) + rows <= s->capacity_ &&
-        &s->model_ == &ss[0]->model_)
+    if (rows > 0 && !be) be = &s->backend_;
+    if (rows > 0 && &s->backend_ == be && rows <= be->max_batch_rows_per_seq() && rows <= be->max_rows() &&
+        size_t(s->n_cached()) + rows <= s->capacity_)
       joins.push_back(i);
     else if (rows > 0 || (sample && (!s->logits_valid_ || s->tokens_.empty())))
       break;
@@ -489,129 +336,73 @@ void Session::decode_batch_cpu(Session* const* ss, size_t n, const PromptChunk* 
   if (joins.size() < 2) return;  // alone below, with the same cost
   for (size_t j0 = 0; j0 < joins.size();) {
     std::vector<Session*> batch;
-    std::vector<std::vector<int32_t>> rows_toks;  // a prompt chunk after the pending token
     size_t j = j0, total = 0;
-    bool short_of_pages = false;
-    for (; j < joins.size() && batch.size() < kMaxSeqs && total + rows_of(joins[j]) <= size_t(kMaxChunk); ++j) {
+    bool short_of_memory = false;
+    for (; j < joins.size() && batch.size() < be->max_batch() && total + rows_of(joins[j]) <= be->max_rows(); ++j) {
       const size_t i = joins[j];
-      Session* s = ss[i];
-      const size_t rows = rows_of(i);
       try {
-        reserve_room(s->tokens_, prompt_n(i) + 1);  // prefilled() and decode_step() append without allocating
-        s->reserve_slots(s->n_cached_, s->n_cached_ + uint32_t(rows));
+        reserve_room(ss[i]->tokens_, prompt_n(i) + 1);  // prefilled() and decode_step() append without allocating
       } catch (...) {
-        s->shrink_pages();
-        short_of_pages = true;  // this session runs alone (and fails there, or not); the batch ends
+        short_of_memory = true;  // this session runs alone (and fails there, or not); the batch ends
         break;
       }
-      batch.push_back(s);
-      total += rows;
+      batch.push_back(ss[i]);
+      total += rows_of(i);
     }
     if (batch.empty()) return;
-    std::vector<cpu::ForwardArgs> args(batch.size());
-    rows_toks.resize(batch.size());
+    std::vector<SequenceRows> rows(batch.size());
+    std::vector<std::vector<int32_t>> rows_toks(batch.size());  // a prompt chunk after the pending token
     for (size_t k = 0; k < batch.size(); ++k) {
       Session* s = batch[k];
       const size_t i = joins[j0 + k];
-      cpu::ForwardArgs& a = args[k];
+      SequenceRows& r = rows[k];
       if (prompt_n(i) > 0) {
         std::vector<int32_t>& t = rows_toks[k];
         if (s->pending_) t.push_back(s->tokens_.back());
         t.insert(t.end(), prompts[i].tokens, prompts[i].tokens + prompts[i].n);
-        a.tokens = t.data();
-        a.n = int64_t(t.size());
+        r.tokens = t.data();
+        r.n = t.size();
       } else {
-        a.tokens = &s->tokens_.back();
-        a.n = 1;
+        r.tokens = &s->tokens_.back();
+        r.n = 1;
       }
-      a.p0 = s->n_cached_;
-      a.pages[0] = s->pages_.data();
-      a.pages[1] = s->lpages_.data();
-      a.first_slot[1] = s->local_first_;
-      a.logits = s->logits_.data();
+      r.seq = s->seq_.get();
+      r.logits = s->logits_.data();
     }
     const auto t0 = Clock::now();
+    size_t ran = 0;
     try {
-      cpu::forward_batch(batch[0]->model_, args.data(), args.size(), batch[0]->scratch_);
+      ran = be->forward_batch(rows.data(), rows.size());
     } catch (...) {
-      for (Session* s : batch) s->shrink_pages();
       return;
     }
+    if (ran == 0) return;
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (gen0.empty()) {
       gen0.assign(n, 0);
       pass_ms.assign(n, 0.0);
       joined.assign(n, false);
     }
-    for (size_t k = 0; k < batch.size(); ++k) {
+    for (size_t k = 0; k < ran; ++k) {
       Session* s = batch[k];
       const size_t i = joins[j0 + k];
-      s->n_cached_ += uint32_t(args[k].n);
       s->logits_valid_ = true;
-      s->shrink_pages();  // the windowed layers' pages that every window has left
       pass_ms[i] = ms;
       if (prompt_n(i) > 0) {
-        s->prefilled(prompts[i].tokens, prompts[i].n, size_t(args[k].n), ms);
+        s->prefilled(prompts[i].tokens, prompts[i].n, rows[k].n, ms);
         joined[i] = true;
       } else {
         s->pending_ = false;
         gen0[i] = s->n_generated_ + 1;
       }
     }
-    if (short_of_pages) return;
+    if (short_of_memory || ran < batch.size()) return;
     j0 = j;
   }
 }
 
-// Removes cached slots [n_keep, n_keep + n_discard) (all < n_cached_):
-// later slots move down and their keys are rotated back by n_discard
-// positions, so the cache equals one computed at the new positions.
-// The windowed layers move only the rows they still hold: a row that had
-// left their window before the eviction does not come back after it (their
-// attention reads from local_first_ on).
 void Session::evict_cached(uint32_t n_keep, uint32_t n_discard) {
-  if (n_discard == 0) return;
-  if (gpu()) {
-    gpu()->evict(*seq_, n_keep, n_discard);
-    n_cached_ -= n_discard;
-    return;
-  }
-  const uint32_t pt = uint32_t(pool_.geometry().page_tokens);
-  const uint32_t first_moved = n_keep + n_discard, new_len = n_cached_ - n_discard;
-  const uint32_t old_first = local_first_;
-  const uint32_t new_first = old_first <= n_keep ? old_first : old_first <= first_moved ? n_keep : old_first - n_discard;
-  // Every page that receives a moved row must exist and be private.
-  for (int t = 0; t < n_tables(); ++t) {
-    const uint32_t lo = t == 0 ? n_keep : std::max(n_keep, new_first);
-    for (size_t i = lo / pt; i < (size_t(new_len) + pt - 1) / pt; ++i) make_private(t, i);
-  }
-  const ModelConfig& c = model_.config();
-  std::vector<float> row(size_t(c.head_dim));
-  const size_t rb = kv::row_bytes(opts_.kv_type, c.head_dim);
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& w = model_.layers()[size_t(l)];
-    const int t = w.kv_group;
-    const kv::Geometry& g = pool(t).geometry();
-    const std::vector<kv::Page*>& pages = table(t);
-    const int32_t kl = w.kv_layer;
-    for (uint32_t src = t == 0 ? first_moved : std::max(first_moved, old_first); src < n_cached_; ++src) {
-      const uint32_t dst = src - n_discard;
-      const kv::Page* ps = pages[src / pt];
-      kv::Page* pd = pages[dst / pt];
-      const int32_t ss = int32_t(src % pt), sd = int32_t(dst % pt);
-      for (int32_t h = 0; h < g.n_kv_heads; ++h) {
-        kv::load_row(g, ps, kl, 0, h, ss, row.data());
-        cpu::rerotate_key(model_, l, row.data(), -int64_t(n_discard));
-        kv::store_row(g, pd, kl, 0, h, sd, row.data());
-        std::memcpy(kv::row_ptr(g, pd, kl, 1, h, sd), kv::row_ptr(g, ps, kl, 1, h, ss), rb);
-        if (kv::has_scales(opts_.kv_type))
-          std::memcpy(kv::scale_ptr(g, pd, kl, 1, h, sd), kv::scale_ptr(g, ps, kl, 1, h, ss), 2 * sizeof(float));
-      }
-    }
-  }
-  n_cached_ = new_len;
-  if (lpool_) local_first_ = new_first;
-  shrink_pages();
+  if (n_discard > 0) backend_.evict(*seq_, n_keep, n_discard);
 }
 
 void Session::evict(uint32_t n_keep, uint32_t n_discard) {
@@ -621,7 +412,7 @@ void Session::evict(uint32_t n_keep, uint32_t n_discard) {
             (unsigned long long)(uint64_t(n_keep) + n_discard), (unsigned long long)len);
   if (n_discard == 0) return;
   // Cached part of the range.
-  const uint32_t cached_end = std::min<uint32_t>(n_keep + n_discard, n_cached_);
+  const uint32_t cached_end = std::min<uint32_t>(n_keep + n_discard, n_cached());
   const uint32_t cached_discard = cached_end > n_keep ? cached_end - n_keep : 0;
   const bool drops_pending = pending_ && uint64_t(n_keep) + n_discard == len;
   evict_cached(n_keep, cached_discard);
@@ -636,19 +427,11 @@ void Session::stats(llm_session_stats_t* out) const {
   std::memset(&s, 0, sizeof s);
   s.struct_size = sizeof s;
   s.n_tokens = uint32_t(tokens_.size());
-  s.n_cached = n_cached_;
+  s.n_cached = n_cached();
   s.n_prompt = n_prompt_;
   s.n_generated = n_generated_;
-  for (int t = 0; t < n_tables(); ++t)
-    for (const kv::Page* p : (t == 0 ? pages_ : lpages_))
-      if (p) {
-        ++s.kv_pages;
-        s.kv_bytes += (t == 0 ? pool_ : *lpool_).page_bytes(p->type);
-      }
-  if (gpu()) {
-    s.kv_pages = uint32_t(seq_->n_pages());
-    s.kv_bytes = uint64_t(seq_->n_pages()) * gpu()->page_bytes();
-  }
+  s.kv_pages = uint32_t(seq_->n_pages() + seq_->n_local_pages());
+  s.kv_bytes = seq_->kv_bytes();
   s.ttft_ms = ttft_ms_;
   if (!itl_ms_.empty()) {
     // Linear-time order statistics: stats may be polled after every token.
@@ -676,15 +459,9 @@ namespace llm {
 
 std::unique_ptr<Session> Session::fork() const {
   std::unique_ptr<Session> f(new Session(model_, opts_));
-  for (const std::vector<kv::Page*>* t : {&pages_, &lpages_})
-    for (kv::Page* p : *t)
-      if (p) kv::PagePool::retain(p);
-  f->pages_ = pages_;
-  f->lpages_ = lpages_;
-  f->local_first_ = local_first_;
-  if (gpu()) f->seq_ = gpu()->fork(*seq_);
+  f->seq_.reset();
+  f->seq_ = backend_.fork(*seq_);
   f->tokens_ = tokens_;
-  f->n_cached_ = n_cached_;
   f->pending_ = pending_;
   f->logits_valid_ = logits_valid_;
   f->sampled_since_prefill_ = sampled_since_prefill_;
@@ -759,58 +536,26 @@ namespace llm {
 
 void Session::save(std::vector<uint8_t>& out) const {
   out.clear();
-  const kv::Geometry& g = pool_.geometry();
+  const kv::Geometry& g = model_.kv_pool().geometry();
   const ModelConfig& c = model_.config();
   Writer w{out};
   w.put(kSnapMagic);
-  w.put(lpool_ ? kSnapVersionLocal : kSnapVersion);
+  w.put(model_.kv_pool_local() ? kSnapVersionLocal : kSnapVersion);
   w.put(uint32_t(kSnapHeaderWords * 4 + 3 * 8));
   const uint32_t flags = (pending_ ? 1u : 0u) | (logits_valid_ ? 2u : 0u) | (sampled_since_prefill_ ? 4u : 0u) |
                          (rng_seeded_ ? 8u : 0u);
   const uint32_t header[kSnapHeaderWords] = {uint32_t(g.n_layers), uint32_t(g.n_kv_heads), uint32_t(g.head_dim),
                                              uint32_t(g.page_tokens), uint32_t(c.vocab_size), uint32_t(c.dim),
                                              opts_.max_tokens, opts_.window, opts_.n_sink, uint32_t(opts_.kv_type),
-                                             flags, uint32_t(tokens_.size()), n_cached_,
-                                             uint32_t(gpu() ? seq_->n_pages() : pages_.size())};
+                                             flags, uint32_t(tokens_.size()), n_cached(),
+                                             uint32_t(seq_->n_pages())};
   for (uint32_t v : header) w.put(v);
   w.put(rng_.state());
   w.put(rng_.inc());
   w.put(rng_seed_);
   w.put_bytes(tokens_.data(), tokens_.size() * sizeof(int32_t));
   if (logits_valid_) w.put_bytes(logits_.data(), logits_.size() * sizeof(float));
-  // Slots past the sequence in the last page hold stale bytes (a recycled
-  // page once used by another session, rows of a cancelled pass): they are
-  // written as zeros, so a snapshot holds nothing but this session's state.
-  if (gpu()) {  // device pages are byte-identical to host pages
-    const size_t at = out.size();
-    out.resize(at + seq_->n_pages() * gpu()->page_bytes());
-    gpu()->read_pages(*seq_, out.data() + at);
-  }
-  // Writes page p of a group, zeroing the slots outside [keep_from, n_cached_).
-  const uint32_t pt = uint32_t(g.page_tokens);
-  auto put_page = [&](const kv::Geometry& pg, const kv::Page* p, size_t index, uint32_t keep_from) {
-    const size_t at = out.size();
-    w.put_bytes(p->data, kv::page_bytes(pg, p->type));
-    kv::Page view;  // the copy just written, addressed like a page
-    view.data = out.data() + at;
-    view.type = p->type;
-    const size_t rb = kv::row_bytes(p->type, pg.head_dim);
-    for (uint32_t slot = 0; slot < pt; ++slot) {
-      const uint64_t pos = uint64_t(index) * pt + slot;
-      if (pos >= keep_from && pos < n_cached_) continue;
-      for (int32_t l = 0; l < pg.n_layers; ++l)
-        for (int kv = 0; kv < 2; ++kv)
-          for (int32_t h = 0; h < pg.n_kv_heads; ++h) {
-            std::memset(kv::row_ptr(pg, &view, l, kv, h, int32_t(slot)), 0, rb);
-            if (kv::has_scales(p->type)) std::memset(kv::scale_ptr(pg, &view, l, kv, h, int32_t(slot)), 0, 2 * sizeof(float));
-          }
-    }
-  };
-  for (size_t i = 0; i < pages_.size(); ++i) put_page(g, pages_[i], i, 0);
-  if (lpool_) {
-    w.put(local_first_);
-    for (size_t i = local_first_ / pt; i < lpages_.size(); ++i) put_page(lpool_->geometry(), lpages_[i], i, local_first_);
-  }
+  backend_.save_pages(*seq_, out);
   w.put(uint64_t(XXH3_64bits(out.data(), out.size())));
 }
 
@@ -857,43 +602,10 @@ std::unique_ptr<Session> Session::restore(const Model& model, const uint8_t* dat
     LLM_CHECK(t >= 0 && t < c.vocab_size, LLM_ERR_FORMAT, "session snapshot holds token id %d", t);
   s->logits_valid_ = flags & 2u;
   if (s->logits_valid_) std::memcpy(s->logits_.data(), r.take(s->logits_.size() * 4), s->logits_.size() * 4);
-  LLM_CHECK((version == kSnapVersionLocal) == (s->lpool_ != nullptr), LLM_ERR_UNSUPPORTED,
+  LLM_CHECK((version == kSnapVersionLocal) == (model.kv_pool_local() != nullptr), LLM_ERR_UNSUPPORTED,
             "session snapshot version %u does not fit this model's KV layout", version);
-  const size_t pb = s->pool_.page_bytes(o.kv_type);
-  LLM_CHECK(r.n - r.off >= uint64_t(n_pages) * pb, LLM_ERR_FORMAT, "session snapshot has %zu bytes of KV, expected %llu",
-            r.n - r.off, (unsigned long long)(uint64_t(n_pages) * pb));
-  const uint8_t* global_pages = r.take(size_t(n_pages) * pb);
-  uint32_t local_first = 0;
-  size_t lpb = 0, n_local = 0;
-  if (s->lpool_) {
-    local_first = r.get<uint32_t>();
-    LLM_CHECK(local_first <= n_cached, LLM_ERR_FORMAT, "session snapshot: local_first %u past %u cached tokens",
-              local_first, n_cached);
-    lpb = s->lpool_->page_bytes(o.kv_type);
-    n_local = n_pages - std::min<size_t>(n_pages, local_first / pt);
-  }
-  LLM_CHECK(r.n - r.off == uint64_t(n_local) * lpb, LLM_ERR_FORMAT,
-            "session snapshot has %zu bytes of windowed-layer KV, expected %llu", r.n - r.off,
-            (unsigned long long)(uint64_t(n_local) * lpb));
-  if (s->gpu()) {
-    s->gpu()->write_pages(*s->seq_, global_pages, n_pages, n_cached);
-  } else {
-    LLM_CHECK(s->pool_.acquire(o.kv_type, n_pages, s->pages_), LLM_ERR_CONTEXT_FULL,
-              "KV page pool is full: cannot restore %u pages", n_pages);
-    for (size_t i = 0; i < n_pages; ++i) std::memcpy(s->pages_[i]->data, global_pages + i * pb, pb);
-    if (s->lpool_) {
-      std::vector<kv::Page*> local;
-      LLM_CHECK(s->lpool_->acquire(o.kv_type, n_local, local), LLM_ERR_CONTEXT_FULL,
-                "KV page pool is full: cannot restore %zu windowed-layer pages", n_local);
-      s->lpages_.assign(n_pages - n_local, nullptr);
-      for (kv::Page* p : local) {
-        std::memcpy(p->data, r.take(lpb), lpb);
-        s->lpages_.push_back(p);
-      }
-      s->local_first_ = local_first;
-    }
-  }
-  s->n_cached_ = n_cached;
+  const size_t kv_size = r.n - r.off;
+  s->backend_.restore_pages(*s->seq_, r.take(kv_size), kv_size, n_pages, n_cached);
   s->pending_ = pending;
   s->sampled_since_prefill_ = flags & 4u;
   return s;

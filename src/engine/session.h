@@ -2,10 +2,17 @@
 // position, pending token, logits, scratch buffers and metrics. Used by one
 // thread at a time; sessions of one model run in parallel.
 //
+// The model math, the KV pages and their layout belong to the backend the
+// session runs on (backend/backend.h: the CPU one, or the CUDA one when the
+// model runs on a GPU whose cache holds the session's kv_type); the session
+// decides which tokens run when, and keeps what the caller sees.
+//
 // Sequence bookkeeping:
 //   tokens_   every token of the sequence, the pending one included
-//   n_cached_ tokens whose K/V are in the cache (slot i holds position i)
-//   pending_  tokens_.back() was returned by decode_step but not run yet
+//   n_cached  tokens whose K/V are in the cache (seq_->length(); slot i
+//             holds position i)
+//   pending_  tokens_.back() is not in the cache yet: returned by
+//             decode_step, or cached once and dropped to re-run it
 #pragma once
 
 #include <chrono>
@@ -13,9 +20,8 @@
 #include <memory>
 #include <vector>
 
-#include "backend/cpu/forward.h"
+#include "backend/backend.h"
 #include "core/alloc.h"
-#include "kv/kv_cache.h"
 #include "llm.h"
 #include "model/model.h"
 #include "sampling/constraint.h"
@@ -75,17 +81,17 @@ class Session {
 
   // Reads the cached K (kv = 0) or V (kv = 1) row of (layer, head) at slot, as f32.
   void kv_row(int32_t layer, int kv, int32_t head, uint32_t slot, float* out) const;
-  size_t n_pages() const { return pages_.size(); }        // pages of the global layers
-  size_t n_local_pages() const;                           // pages the windowed layers still hold
-  uint32_t local_first() const { return local_first_; }   // first slot the windowed layers hold
+  size_t n_pages() const { return seq_->n_pages(); }              // pages of the global layers
+  size_t n_local_pages() const { return seq_->n_local_pages(); }  // pages the windowed layers still hold
+  uint32_t local_first() const { return seq_->local_first(); }    // first slot the windowed layers hold
   const Model& model() const { return model_; }
   const SessionOptions& options() const { return opts_; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
-  uint32_t n_cached() const { return n_cached_; }
+  uint32_t n_cached() const { return seq_->length(); }
   uint32_t capacity() const { return capacity_; }
 
  private:
-  // Runs the forward pass of toks[0..n) at positions n_cached_.. and, on
+  // Runs the forward pass of toks[0..n) at positions n_cached().. and, on
   // success, appends them to the cache. Logits of the last row go to logits_.
   // The last n_new tokens are new to the sequence: they are appended to
   // tokens_ chunk by chunk, as the cache takes them, so that a sliding
@@ -93,30 +99,17 @@ class Session {
   // the room). On failure the cache and tokens_ hold what they held before,
   // except what a sliding window had to evict (then the completed chunks stay).
   void forward(const int32_t* toks, size_t n, bool allow_cancel, size_t n_new = 0);
-  void forward_chunk(const int32_t* toks, int64_t n, bool allow_cancel);
   // Makes room for m more tokens: window eviction or CONTEXT_FULL.
   void make_room(size_t m);
-  // Ensures the pages covering slots [from, to) exist and are private.
-  void reserve_slots(uint32_t from, uint32_t to);
-  // Page tables: 0 = the global layers (all layers when the model has no
-  // split), 1 = the sliding-window layers (Model::kv_pool_local()), whose
-  // entries before local_first_'s page are null.
-  std::vector<kv::Page*>& table(int t) { return t == 0 ? pages_ : lpages_; }
-  kv::PagePool& pool(int t) const { return t == 0 ? pool_ : *lpool_; }
-  int n_tables() const { return lpool_ ? 2 : 1; }
-  // Ensures page i of table t exists (a fresh one where the window had let
-  // it go) and is private to this session.
-  void make_private(int t, size_t page_index);
-  // Drops pages past n_cached_ and, in table 1, pages wholly before local_first_.
-  void shrink_pages();
-  void release_all();
-  // decode_batch's CPU passes (session.cpp): run the pending tokens and
-  // prompt chunks of the CPU sessions that can join as cpu::forward_batch
+  uint32_t page_tokens() const;
+  // decode_batch's batched passes (session.cpp): run the pending tokens and
+  // prompt chunks of the sessions that can join as Backend::forward_batch
   // passes. For each session i a pass advanced: gen0[i] = n_generated_ + 1
   // (0 when its prompt chunk ran: joined[i] is then true) and pass_ms[i] =
   // that pass's time (all three left empty when no pass ran).
-  static void decode_batch_cpu(Session* const* ss, size_t n, const PromptChunk* prompts, std::vector<uint32_t>& gen0,
-                               std::vector<double>& pass_ms, std::vector<bool>& joined);
+  static void decode_batch_passes(Session* const* ss, size_t n, const PromptChunk* prompts,
+                                  std::vector<uint32_t>& gen0, std::vector<double>& pass_ms,
+                                  std::vector<bool>& joined);
   // prefill()'s bookkeeping once toks[0..n) are in the cache (cannot fail:
   // the caller reserved room in tokens_).
   void prefilled(const int32_t* toks, size_t n, size_t rows, double ms);
@@ -127,26 +120,16 @@ class Session {
   // Samples from logits_ under the constraint (if any) and advances it.
   int32_t sample_next(const llm_sampling& s, const TokenConstraint* constraint);
 
-  // On a CUDA model (and a kv_type the device holds) the cache lives on the
-  // device: seq_ replaces pages_, and n_cached_ == seq_->length().
-  cuda::Backend* gpu() const { return seq_ ? model_.cuda() : nullptr; }
-
   const Model& model_;
   SessionOptions opts_;
-  std::unique_ptr<cuda::Sequence> seq_;
+  Backend& backend_;
+  std::unique_ptr<KvSequence> seq_;
   uint32_t capacity_ = 0;  // max tokens held in the cache
-  kv::PagePool& pool_;
-  std::vector<kv::Page*> pages_;
-  kv::PagePool* lpool_ = nullptr;  // the model's kv_pool_local()
-  std::vector<kv::Page*> lpages_;
-  uint32_t local_first_ = 0;       // the windowed layers hold slots [local_first_, n_cached_)
   std::vector<int32_t> tokens_;
-  uint32_t n_cached_ = 0;
   bool pending_ = false;
   bool logits_valid_ = false;
   bool sampled_since_prefill_ = false;
 
-  cpu::ForwardScratch scratch_;  // grown on demand, never per token
   std::vector<float> logits_;
   Sampler sampler_;
   Rng rng_;

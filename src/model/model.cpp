@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "format/gguf.h"
@@ -298,6 +299,8 @@ void Model::build(const LoadOptions& opts) {
     kv_pool_local_ = std::make_unique<kv::PagePool>(gl, budget);
   }
 
+  cpu_backend_ = cpu::make_backend(*this);
+
   // Device: CUDA on request (errors propagate), or under AUTO when a device
   // exists (a failure there logs a warning and stays on the CPU). A block
   // the CUDA forward does not implement yet runs on the CPU under AUTO and
@@ -316,6 +319,7 @@ void Model::build(const LoadOptions& opts) {
     bo.log = log_;
     try {
       cuda_ = cuda::Backend::create(*this, bo);
+      gpu_backend_ = cuda::as_backend(*cuda_, size_t(c.vocab_size), size_t(bo.max_batch), size_t(bo.max_chunk));
     } catch (const Error& e) {
       if (opts.device == LLM_DEVICE_CUDA) throw;
       log_.log(LLM_LOG_WARN, "CUDA backend unavailable, running on the CPU: %s", e.what());

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/alloc.h"
@@ -80,6 +81,12 @@ class Model {
   // whose kv_type the device cache holds (cuda()->kv_type()) run on it; the
   // others use the CPU path with the same host weights.
   cuda::Backend* cuda() const { return cuda_.get(); }
+  // The backend a session with this kv_type runs on: the CUDA one when the
+  // model runs on a GPU whose cache holds kv_type, else the CPU one. Not for
+  // a vocab-only model.
+  Backend& backend_for(llm_kv_type kv_type) const {
+    return gpu_backend_ && cuda_->kv_type() == kv_type ? *gpu_backend_ : *cpu_backend_;
+  }
   ThreadPool* pool() const { return pool_.get(); }
   kv::PagePool& kv_pool() const { return *kv_pool_; }
   // The pages of the sliding-window layers when the model mixes windowed and
@@ -135,7 +142,9 @@ class Model {
   HugePageBlock weight_block_;            // the matrices, when copied for CPU decode
   uint64_t n_params_ = 0, weight_bytes_ = 0;
   DType weight_type_ = DType::F32;
-  std::unique_ptr<cuda::Backend> cuda_;  // declared last: destroyed first
+  std::unique_ptr<Backend> cpu_backend_;
+  std::unique_ptr<cuda::Backend> cuda_;
+  std::unique_ptr<Backend> gpu_backend_;  // over cuda_; declared last: destroyed first
 };
 
 // Default KV budget on the CPU: a quarter of physical memory, at most 8 GiB.

@@ -738,6 +738,62 @@ std::vector<llm_token> long_prompt(size_t n) {
   return p;
 }
 
+// After llm_kv_evict the next logits re-run the last token (dropped from the
+// cache, run again at its new position). If that pass fails, the session
+// keeps every token (the last one is pending again: one fewer cached) and
+// the next call gives the logits of a session that never failed. The cut
+// page is shared with a fork, so the re-run also copies it.
+TEST_F(SessionOom, FailedRerunAfterEvictionLosesNothing) {
+  const std::vector<llm_token> prompt = long_prompt(20);
+  auto evicted = [&](llm_session** fork) {
+    llm_session* s = nullptr;
+    EXPECT_EQ(llm_session_create(m_, nullptr, &s), LLM_OK);
+    EXPECT_EQ(llm_prefill(s, prompt.data(), prompt.size()), LLM_OK);
+    EXPECT_EQ(llm_session_fork(s, fork), LLM_OK);
+    EXPECT_EQ(llm_kv_evict(s, 17, 3), LLM_OK);  // the last cached slot is 16, the first of page 2
+    return s;
+  };
+  llm_session* ref_fork = nullptr;
+  llm_session* ref = evicted(&ref_fork);
+  const float* l = nullptr;
+  size_t nv = 0;
+  ASSERT_EQ(llm_logits(ref, &l, &nv), LLM_OK);
+  const std::vector<float> want(l, l + nv);
+  const std::vector<llm_token> want_next = greedy(ref, 4);
+  llm_session_free(ref);
+  llm_session_free(ref_fork);
+
+  llm_session* fork = nullptr;
+  llm_session* s = evicted(&fork);
+  int failures = 0;
+  inject_failures(
+      "logits after eviction", false,
+      [&] {
+        const float* p = nullptr;
+        size_t n = 0;
+        return llm_logits(s, &p, &n);
+      },
+      [&](llm_status st) {
+        if (st != LLM_OK) {
+          ++failures;
+          const Observed now = observe(s);
+          EXPECT_EQ(now.n_tokens, 17u) << "a failed re-run lost a token";
+          EXPECT_EQ(now.n_cached, 16u) << "the re-run token is pending again";
+        }
+        const float* p = nullptr;
+        size_t n = 0;
+        ASSERT_EQ(llm_logits(s, &p, &n), LLM_OK) << llm_last_error();
+        EXPECT_EQ(std::vector<float>(p, p + n), want) << "the retry gives other logits";
+        EXPECT_EQ(greedy(s, 4), want_next);
+        llm_session_free(s);
+        llm_session_free(fork);
+        s = evicted(&fork);
+      });
+  EXPECT_GT(failures, 0) << "no injected failure reached the re-run";
+  llm_session_free(s);
+  llm_session_free(fork);
+}
+
 class Cancel : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -832,6 +888,28 @@ TEST_F(Cancel, PrefillCancelledAtEveryPollLeavesTheSessionUnchanged) {
 // leave the session unchanged, although the first chunk had completed.
 TEST_F(Cancel, LongPromptCancelledInItsSecondChunkLeavesTheSessionUnchanged) {
   check_cancel({kPrompt, kPrompt + 2}, false, long_prompt(530), {0, 4, 5, 7, 9});
+}
+
+// The same on a model with sliding-window layers (the tiny Gemma 3 of
+// tests/data/families: window 8 on layers 0-4 of 6). Those layers give back
+// the pages every window has left as the prompt advances; when a later chunk
+// is cancelled and the completed ones are undone, the rows the window needs
+// at the old end must still be there, or the retry attends to fewer
+// positions than a session that was never cancelled.
+class CancelWindowedModel : public Cancel {
+ protected:
+  void SetUp() override {
+    m_ = load(std::string(LLM_TEST_DATA_DIR) + "/families/gemma3.gguf");
+    ASSERT_NE(m_, nullptr);
+  }
+};
+
+TEST_F(CancelWindowedModel, LongPromptCancelledInItsSecondChunkLeavesTheSessionUnchanged) {
+  std::vector<llm_token> history = long_prompt(40);
+  for (llm_token& t : history) t %= 512;
+  std::vector<llm_token> prompt = long_prompt(530);
+  for (llm_token& t : prompt) t = (t * 7) % 512;
+  check_cancel(history, true, prompt, {0, 6, 7, 9, 11});
 }
 
 // With a sliding window a prefill makes room by evicting the oldest non-sink

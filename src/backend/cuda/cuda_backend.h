@@ -22,6 +22,7 @@
 
 namespace llm {
 class Model;
+class Backend;
 }
 
 namespace llm::cuda {
@@ -125,5 +126,11 @@ class Backend {
   virtual MemoryStats memory() const = 0;
   virtual std::string device_name() const = 0;
 };
+
+// The Backend interface of backend/backend.h over `device` (which must
+// outlive it): what sessions run on. Batched passes take up to max_batch
+// sequences of one row each (BackendOptions::max_batch); prompt passes up to
+// max_rows rows (the device splits longer ones itself).
+std::unique_ptr<llm::Backend> as_backend(Backend& device, size_t vocab, size_t max_batch, size_t max_rows);
 
 }  // namespace llm::cuda
