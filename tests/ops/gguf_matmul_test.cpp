@@ -386,7 +386,9 @@ TEST(GgufMatmul, BatchAndThreadInvariantAndManyEqualsOneByOne) {
   llm::ThreadPool pool1(1), pool2(2);
   for (DType t : kTypes) {
     // 33 blocks of 32 for the 32-value types: the AVX-512 quads end partial.
-    const int64_t cols = llm::ggml_block_values(t) == 32 ? 1056 : 1024, rows = 67, n = 13;
+    // 67 rows and 37 x rows: the prefill loops' groups of W rows (64 on one
+    // thread) and blocks of x rows (16 in the AVX2 family) end partial too.
+    const int64_t cols = llm::ggml_block_values(t) == 32 ? 1056 : 1024, rows = 67, n = 37;
     const std::vector<uint8_t> a = random_gguf_rows(t, rows, cols, rng);
     const std::vector<float> x = random_x(n, cols, rng);
     // matmul_many: two matrices of t on one x, and a group with a matrix of

@@ -540,22 +540,45 @@ bool k_decode_any(const WeightView& w, const GgmlX& x, int64_t n, float* y, int6
   }
 }
 
+// Prefill: kTileGroup tiles of kRowTile W rows are unpacked first, then the
+// x rows run against all of them kXBlock at a time, so that each x block is
+// read from memory once per group (and stays in L2 while the group's tiles
+// run) rather than once per tile: a prefill's x outgrows L2 (512 rows of
+// 5632 codes are 2.9 MB). Each output is still one k_tile's sum over every
+// super-block: the order of the loops around it does not change its bits.
+constexpr int kTileGroup = 16;
+constexpr int64_t kXBlock = 16;
+
 template <bool MinD, bool Signed = false>
 void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   if (n <= kDirectBatch && k_decode_any(w, x, n, y, r0, r1)) return;
-  const int64_t nsb = w.cols / 256;
+  const int64_t nsb = w.cols / 256, cols = x.cols;
   thread_local std::vector<KUnpacked> buf;
-  if (buf.size() < size_t(kRowTile * nsb)) buf.resize(size_t(kRowTile * nsb));
-  for (int64_t r = r0; r < r1; r += kRowTile) {
-    const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
-    const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
-    const uint8_t* pf = n <= kSmallBatch ? wr + decode_ahead(w) : nullptr;
-    unpack_k_rows_avx2(w.dtype, wr, w.row_bytes, nr, 0, nsb, buf.data(), nsb, pf);
-    switch (nr) {
-      case 4: k_rows<4, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
-      case 3: k_rows<3, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
-      case 2: k_rows<2, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
-      default: k_rows<1, MinD, Signed>(buf.data(), nsb, x, n, y + r, w.rows); break;
+  if (buf.size() < size_t(kTileGroup * kRowTile * nsb)) buf.resize(size_t(kTileGroup * kRowTile * nsb));
+  for (int64_t g = r0; g < r1; g += kTileGroup * kRowTile) {
+    const int64_t g1 = std::min<int64_t>(r1, g + kTileGroup * kRowTile);
+    for (int64_t r = g; r < g1; r += kRowTile) {
+      const int nr = int(std::min<int64_t>(kRowTile, g1 - r));
+      const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
+      const uint8_t* pf = n <= kSmallBatch ? wr + decode_ahead(w) : nullptr;
+      unpack_k_rows_avx2(w.dtype, wr, w.row_bytes, nr, 0, nsb, buf.data() + (r - g) * nsb, nsb, pf);
+    }
+    for (int64_t c0 = 0; c0 < n; c0 += kXBlock) {
+      const int64_t cn = std::min<int64_t>(kXBlock, n - c0);
+      GgmlX xb = x;
+      xb.q += c0 * cols;
+      xb.d += c0 * (cols / 256);
+      xb.bsums += c0 * (cols / 16);
+      for (int64_t r = g; r < g1; r += kRowTile) {
+        const KUnpacked* wb = buf.data() + (r - g) * nsb;
+        float* yr = y + r + c0 * w.rows;
+        switch (std::min<int64_t>(kRowTile, g1 - r)) {
+          case 4: k_rows<4, MinD, Signed>(wb, nsb, xb, cn, yr, w.rows); break;
+          case 3: k_rows<3, MinD, Signed>(wb, nsb, xb, cn, yr, w.rows); break;
+          case 2: k_rows<2, MinD, Signed>(wb, nsb, xb, cn, yr, w.rows); break;
+          default: k_rows<1, MinD, Signed>(wb, nsb, xb, cn, yr, w.rows); break;
+        }
+      }
     }
   }
 }
