@@ -384,6 +384,16 @@ struct KRegs<DType::Q5_K> : KRegs45<true> {
   using KRegs45<true>::KRegs45;
 };
 
+// Scale lanes of chunk k from 16 scales of 16 values held as int16 in
+// lo2 (scales 0..7) and hi2 (8..15), each in both 128-bit halves:
+// [scale 2k x 8 | scale 2k + 1 x 8], as expand_scales16.
+inline __m256i scale_lanes16(__m256i lo2, __m256i hi2, int k) {
+  const int kk = k % 4;
+  const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(short(((4 * kk + 3) << 8) | (4 * kk + 2))),
+                                        _mm_set1_epi16(short(((4 * kk + 1) << 8) | (4 * kk))));
+  return _mm256_shuffle_epi8(k < 4 ? lo2 : hi2, pick);
+}
+
 // Q6_K: 16 scales of 16 values; chunk k = 4n + j of half n as unpack_q6k.
 template <>
 struct KRegs<DType::Q6_K> {
@@ -408,13 +418,65 @@ struct KRegs<DType::Q6_K> {
                      : j == 2 ? h : _mm256_srli_epi16(h, 2);
     return _mm256_or_si256(lo, _mm256_and_si256(hs, m48));
   }
-  // [scale 2k x 8 | scale 2k + 1 x 8], as expand_scales16.
-  __m256i scales(int k) const {
-    const int kk = k % 4;
-    const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(short(((4 * kk + 3) << 8) | (4 * kk + 2))),
-                                          _mm_set1_epi16(short(((4 * kk + 1) << 8) | (4 * kk))));
-    return _mm256_shuffle_epi8(k < 4 ? lo2 : hi2, pick);
+  __m256i scales(int k) const { return scale_lanes16(lo2, hi2, k); }
+};
+
+// Q2_K: chunk k is bits 2 (k % 4) of the 32 bytes qs[32 (k / 4) ..]; 16
+// scales (low nibbles of the first 16 bytes) and 16 minimums (high nibbles).
+template <>
+struct KRegs<DType::Q2_K> {
+  static constexpr size_t kBytes = 84;
+  __m256i lo2, hi2, mn;
+  float d, dm;
+  const uint8_t* qs;
+  explicit KRegs(const uint8_t* b) : qs(b + 16) {
+    const __m128i raw = load128(b), m4 = _mm_set1_epi8(0x0f);
+    const __m256i s16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, m4));
+    lo2 = _mm256_permute2x128_si256(s16, s16, 0x00);
+    hi2 = _mm256_permute2x128_si256(s16, s16, 0x11);
+    mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+    d = half_hw(b + 80);
+    dm = half_hw(b + 82);
   }
+  __m256i codes(int k) const {
+    return _mm256_and_si256(_mm256_srl_epi16(load256(qs + 32 * (k / 4)), _mm_cvtsi32_si128(2 * (k % 4))),
+                            _mm256_set1_epi8(3));
+  }
+  __m256i scales(int k) const { return scale_lanes16(lo2, hi2, k); }
+};
+
+// Q3_K: chunk k is bits 2 (k % 4) of qs[32 (k / 4) ..] plus 4 where bit k
+// of hmask[0..32) is set (the format's -4 moved into the minimums: 4 x
+// scale). The 16 six-bit scales (bias 32): low nibbles from s[0..8) (scales
+// 0..7 low, 8..15 high nibble), high 2 bits from s[8..12), bits 2 (k / 4).
+template <>
+struct KRegs<DType::Q3_K> {
+  static constexpr size_t kBytes = 110;
+  __m256i lo2, hi2, mn;
+  float d, dm;
+  const uint8_t* b;
+  explicit KRegs(const uint8_t* blk) : b(blk) {
+    uint32_t a[3];
+    std::memcpy(a, blk + 96, 12);
+    const uint32_t m2 = 0x03030303u, m4 = 0x0f0f0f0fu;
+    const __m128i sc8 = _mm_sub_epi8(
+        _mm_setr_epi32(int((a[0] & m4) | ((a[2] & m2) << 4)), int((a[1] & m4) | (((a[2] >> 2) & m2) << 4)),
+                       int(((a[0] >> 4) & m4) | (((a[2] >> 4) & m2) << 4)),
+                       int(((a[1] >> 4) & m4) | (((a[2] >> 6) & m2) << 4))),
+        _mm_set1_epi8(32));
+    const __m256i s16 = _mm256_cvtepi8_epi16(sc8);
+    lo2 = _mm256_permute2x128_si256(s16, s16, 0x00);
+    hi2 = _mm256_permute2x128_si256(s16, s16, 0x11);
+    mn = _mm256_slli_epi16(s16, 2);
+    d = dm = half_hw(blk + 108);
+  }
+  __m256i codes(int k) const {
+    const __m256i q2 = _mm256_and_si256(_mm256_srl_epi16(load256(b + 32 + 32 * (k / 4)), _mm_cvtsi32_si128(2 * (k % 4))),
+                                        _mm256_set1_epi8(3));
+    const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(load256(b), _mm_cvtsi32_si128(k)), _mm256_set1_epi8(1));
+    return _mm256_or_si256(q2, _mm256_slli_epi16(hi, 2));
+  }
+  __m256i scales(int k) const { return scale_lanes16(lo2, hi2, k); }
 };
 
 // IQ4_XS: the 8 six-bit scales (bias 32) as int32 lanes: low nibble ib of
@@ -536,6 +598,8 @@ bool k_decode_any(const WeightView& w, const GgmlX& x, int64_t n, float* y, int6
     case DType::Q5_K: k_decode<DType::Q5_K>(w, x, n, y, r0, r1); return true;
     case DType::Q6_K: k_decode<DType::Q6_K>(w, x, n, y, r0, r1); return true;
     case DType::IQ4_XS: k_decode<DType::IQ4_XS>(w, x, n, y, r0, r1); return true;
+    case DType::Q2_K: k_decode<DType::Q2_K>(w, x, n, y, r0, r1); return true;
+    case DType::Q3_K: k_decode<DType::Q3_K>(w, x, n, y, r0, r1); return true;
     default: return false;
   }
 }
