@@ -1,6 +1,7 @@
-// A session: one sequence over a shared model. Owns its KV page table,
-// position, pending token, logits, scratch buffers and metrics. Used by one
-// thread at a time; sessions of one model run in parallel.
+// A session: one sequence over a shared model. Owns its KV sequence (on the
+// model's backend), tokens, pending token, logits, sampler, grammar state and
+// metrics. Used by one thread at a time; sessions of one model run in
+// parallel.
 //
 // The model math, the KV pages and their layout belong to the backend the
 // session runs on (backend/backend.h: the CPU one, or the CUDA one when the
@@ -21,7 +22,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/alloc.h"
 #include "llm.h"
 #include "model/model.h"
 #include "sampling/constraint.h"
@@ -59,12 +59,14 @@ class Session {
   // sampling/constraint.h); the session keeps its own state of it until
   // prefill(), reset() or a constraint with another key.
   int32_t decode_step(const llm_sampling* sampling, const TokenConstraint* constraint = nullptr);
-  // decode_step on each of n distinct sessions of one model; sessions on the
-  // same CUDA backend run their pending tokens in one batched pass. Session
+  // decode_step on each of n distinct sessions of one model; the pending
+  // tokens of the sessions that can join run as batched passes of their
+  // backend (Backend::forward_batch; see session.cpp for who joins). Session
   // i samples with samplings[i] under constraints[i] (either array may be
   // null: greedy, unconstrained; an entry may be null likewise). With
-  // prompts, session i first appends prompts[i] as prefill() would (in the
-  // CPU pass with the other sessions' tokens when it can join) and samples
+  // prompts, session i first appends prompts[i] as prefill() would (in a
+  // batched pass with the other sessions' tokens when its backend takes
+  // prompt chunks there, as the CPU one does) and samples
   // only if prompts[i].sample (out[i] is left as it was otherwise).
   static void decode_batch(Session* const* sessions, size_t n, const llm_sampling* const* samplings, int32_t* out,
                            const TokenConstraint* const* constraints = nullptr, const PromptChunk* prompts = nullptr);
