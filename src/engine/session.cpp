@@ -44,8 +44,7 @@ Session::~Session() = default;
 uint32_t Session::page_tokens() const { return uint32_t(model_.kv_pool().geometry().page_tokens); }
 
 void Session::reset() {
-  seq_.reset();  // its pages go back before the new sequence takes any
-  seq_ = backend_.new_sequence(opts_.kv_type);
+  backend_.truncate(*seq_, 0);  // every page goes back; the sequence keeps its scratch
   tokens_.clear();
   pending_ = logits_valid_ = sampled_since_prefill_ = false;
   n_prompt_ = n_generated_ = n_evicted_ = prompt_tokens_timed_ = 0;
