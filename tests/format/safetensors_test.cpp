@@ -31,6 +31,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tmp.h"
 #include "block_spec_eq.h"
+#include "relative_error.h"
 #include "status_of.h"
 #include "convert/llm_file_writer.h"
 
@@ -821,11 +822,7 @@ TEST_P(HfFamily, FolderGivesLlamaCppLogitsOfTheGguf) {
     llm::Session s(*hf, so);
     for (size_t i = 0; i < seq.size(); ++i) {
       s.prefill(&seq[i], 1);
-      const float* lg = s.logits();
-      const auto mm = std::minmax_element(want[i].begin(), want[i].end());
-      double d = 0;
-      for (size_t v = 0; v < want[i].size(); ++v) d = std::max(d, std::fabs(double(lg[v]) - double(want[i][v])));
-      worst = std::max(worst, d / double(*mm.second - *mm.first));
+      worst = std::max(worst, llm::testing::relative_error(s.logits(), want[i]));
     }
   }
   EXPECT_LE(worst, 1e-3) << name;

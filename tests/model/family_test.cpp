@@ -25,18 +25,13 @@
 #include "model/model.h"
 #include "convert/llm_file_writer.h"
 #include "block_spec_eq.h"
+#include "relative_error.h"
 
 namespace {
 
 std::string data_dir() { return std::string(LLM_TEST_DATA_DIR) + "/families/"; }
 
-// max |a - b| / (max(b) - min(b))
-double relative_error(const float* a, const std::vector<float>& b) {
-  double d = 0;
-  const auto mm = std::minmax_element(b.begin(), b.end());
-  for (size_t i = 0; i < b.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
-  return d / std::max(1e-6, double(*mm.second - *mm.first));
-}
+using llm::testing::relative_error;
 
 class Family : public ::testing::TestWithParam<const char*> {};
 

@@ -384,28 +384,34 @@ struct KRegs<DType::Q5_K> : KRegs45<true> {
   using KRegs45<true>::KRegs45;
 };
 
-// Scale lanes of chunk k from 16 scales of 16 values held as int16 in
-// lo2 (scales 0..7) and hi2 (8..15), each in both 128-bit halves:
-// [scale 2k x 8 | scale 2k + 1 x 8], as expand_scales16.
-inline __m256i scale_lanes16(__m256i lo2, __m256i hi2, int k) {
-  const int kk = k % 4;
-  const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(short(((4 * kk + 3) << 8) | (4 * kk + 2))),
-                                        _mm_set1_epi16(short(((4 * kk + 1) << 8) | (4 * kk))));
-  return _mm256_shuffle_epi8(k < 4 ? lo2 : hi2, pick);
-}
+// 16 scales of 16 values (Q2_K, Q3_K, Q6_K), given as int16 lanes s16 and
+// kept as scales 0..7 (lo2) and 8..15 (hi2), each in both 128-bit halves.
+// lanes(k): chunk k's scale lanes [scale 2k x 8 | scale 2k + 1 x 8], as
+// expand_scales16.
+struct Scales16 {
+  __m256i lo2, hi2;
+  Scales16() = default;
+  explicit Scales16(__m256i s16)
+      : lo2(_mm256_permute2x128_si256(s16, s16, 0x00)), hi2(_mm256_permute2x128_si256(s16, s16, 0x11)) {}
+  __m256i lanes(int k) const {
+    const int kk = k % 4;
+    const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(short(((4 * kk + 3) << 8) | (4 * kk + 2))),
+                                          _mm_set1_epi16(short(((4 * kk + 1) << 8) | (4 * kk))));
+    return _mm256_shuffle_epi8(k < 4 ? lo2 : hi2, pick);
+  }
+};
 
 // Q6_K: 16 scales of 16 values; chunk k = 4n + j of half n as unpack_q6k.
 template <>
 struct KRegs<DType::Q6_K> {
   static constexpr size_t kBytes = 210;
-  __m256i lo2, hi2;  // scales 0..7 / 8..15 as int16, in both 128-bit halves
+  Scales16 sc;
   __m256i mn;
   float d, dm;
   const uint8_t* b;
   explicit KRegs(const uint8_t* blk) : b(blk) {
     const __m256i s16 = _mm256_cvtepi8_epi16(load128(blk + 192));
-    lo2 = _mm256_permute2x128_si256(s16, s16, 0x00);
-    hi2 = _mm256_permute2x128_si256(s16, s16, 0x11);
+    sc = Scales16(s16);
     mn = _mm256_slli_epi16(s16, 5);
     d = dm = half_hw(blk + 208);
   }
@@ -418,7 +424,7 @@ struct KRegs<DType::Q6_K> {
                      : j == 2 ? h : _mm256_srli_epi16(h, 2);
     return _mm256_or_si256(lo, _mm256_and_si256(hs, m48));
   }
-  __m256i scales(int k) const { return scale_lanes16(lo2, hi2, k); }
+  __m256i scales(int k) const { return sc.lanes(k); }
 };
 
 // Q2_K: chunk k is bits 2 (k % 4) of the 32 bytes qs[32 (k / 4) ..]; 16
@@ -426,14 +432,14 @@ struct KRegs<DType::Q6_K> {
 template <>
 struct KRegs<DType::Q2_K> {
   static constexpr size_t kBytes = 84;
-  __m256i lo2, hi2, mn;
+  Scales16 sc;
+  __m256i mn;
   float d, dm;
   const uint8_t* qs;
   explicit KRegs(const uint8_t* b) : qs(b + 16) {
     const __m128i raw = load128(b), m4 = _mm_set1_epi8(0x0f);
     const __m256i s16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, m4));
-    lo2 = _mm256_permute2x128_si256(s16, s16, 0x00);
-    hi2 = _mm256_permute2x128_si256(s16, s16, 0x11);
+    sc = Scales16(s16);
     mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
     d = half_hw(b + 80);
     dm = half_hw(b + 82);
@@ -442,7 +448,7 @@ struct KRegs<DType::Q2_K> {
     return _mm256_and_si256(_mm256_srl_epi16(load256(qs + 32 * (k / 4)), _mm_cvtsi32_si128(2 * (k % 4))),
                             _mm256_set1_epi8(3));
   }
-  __m256i scales(int k) const { return scale_lanes16(lo2, hi2, k); }
+  __m256i scales(int k) const { return sc.lanes(k); }
 };
 
 // Q3_K: chunk k is bits 2 (k % 4) of qs[32 (k / 4) ..] plus 4 where bit k
@@ -452,7 +458,8 @@ struct KRegs<DType::Q2_K> {
 template <>
 struct KRegs<DType::Q3_K> {
   static constexpr size_t kBytes = 110;
-  __m256i lo2, hi2, mn;
+  Scales16 sc;
+  __m256i mn;
   float d, dm;
   const uint8_t* b;
   explicit KRegs(const uint8_t* blk) : b(blk) {
@@ -465,8 +472,7 @@ struct KRegs<DType::Q3_K> {
                        int(((a[1] >> 4) & m4) | (((a[2] >> 6) & m2) << 4))),
         _mm_set1_epi8(32));
     const __m256i s16 = _mm256_cvtepi8_epi16(sc8);
-    lo2 = _mm256_permute2x128_si256(s16, s16, 0x00);
-    hi2 = _mm256_permute2x128_si256(s16, s16, 0x11);
+    sc = Scales16(s16);
     mn = _mm256_slli_epi16(s16, 2);
     d = dm = half_hw(blk + 108);
   }
@@ -476,7 +482,7 @@ struct KRegs<DType::Q3_K> {
     const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(load256(b), _mm_cvtsi32_si128(k)), _mm256_set1_epi8(1));
     return _mm256_or_si256(q2, _mm256_slli_epi16(hi, 2));
   }
-  __m256i scales(int k) const { return scale_lanes16(lo2, hi2, k); }
+  __m256i scales(int k) const { return sc.lanes(k); }
 };
 
 // IQ4_XS: the 8 six-bit scales (bias 32) as int32 lanes: low nibble ib of
