@@ -232,11 +232,19 @@ TEST_F(Gemma3, ExactMathMatchesLlamaCppOnDequantizedWeights) {
 // difference stays under 0.235. Measured, AVX-512 kernels: 185 of 192 (0.964),
 // mean |d| 0.210; all cases 517 of 528 (0.979), 0.219. AVX2 kernels
 // (LLM_CPU_ISA=avx2): 184 of 192 (0.958), 0.221; all cases 513 of 528
-// (0.972), 0.224. Before the AVX-512 K-quant prefill panels summed each
-// super-block in integers: 187 of 192 and 0.223, all cases 520 of 528. The
-// flips sit at near-ties of the exact logits (checked below), where the
-// activations' 8-bit rounding turns a change in the last bits into a
-// different code somewhere upstream. The goal for the agreement is 0.99.
+// (0.972), 0.224. The flips sit at near-ties of the exact logits (checked
+// below), where the activations' 8-bit rounding turns a change in the last
+// bits into a different code somewhere upstream.
+//
+// The goal for this agreement is 0.99. llama.cpp's own quantized
+// path, the one the reference ids come from, is no closer to exact math:
+// its greedy ids are the exact logits' top-1 at 185 of the 192 steps too
+// (0.964; all cases 518 of 528, 0.981), while the fast path picks
+// llama.cpp's id at 190 of 192 (0.990; all cases 521 of 528, 0.987). The
+// fast path quantizes activations as ggml does (matmul_ggml.h), so it
+// shares that distance; the bar below is that the fast path stays at least
+// as close to exact math as the reference implementation, within 1% of the
+// steps.
 TEST_F(Gemma3, FastPathAgreesWithExactMath) {
   llm_model* exact = load_exact();
   ASSERT_NE(exact, nullptr) << llm_last_error();
@@ -245,7 +253,8 @@ TEST_F(Gemma3, FastPathAgreesWithExactMath) {
   if (all_cases)
     for (Case& c : read_cases(std::string(LLM_TEST_DATA_DIR) + "/gemma3/extra_greedy.json")) cases.push_back(c);
   size_t agree = 0, steps = 0;
-  double dev_sum = 0;  // mean |fast - exact| over a step's logits, summed over steps
+  size_t ref_agree = 0;  // steps where llama.cpp's greedy id is the exact top-1
+  double dev_sum = 0;    // mean |fast - exact| over a step's logits, summed over steps
   for (const Case& c : cases) {
     llm_session *fast_s = nullptr, *exact_s = nullptr;
     ASSERT_EQ(llm_session_create(model_, nullptr, &fast_s), LLM_OK);
@@ -259,6 +268,7 @@ TEST_F(Gemma3, FastPathAgreesWithExactMath) {
       ASSERT_EQ(llm_logits(exact_s, &le, &ne), LLM_OK);
       const int32_t top_e = argmax(le, ne), top_f = argmax(lf, nf);
       agree += top_f == top_e;
+      ref_agree += top_e == c.generated[k];
       ++steps;
       double dev = 0;
       for (size_t i = 0; i < ne; ++i) dev += std::fabs(double(lf[i]) - double(le[i]));
@@ -279,7 +289,11 @@ TEST_F(Gemma3, FastPathAgreesWithExactMath) {
   const double mean_dev = dev_sum / double(steps);
   std::printf("fast path vs exact math, teacher-forced top-1: %zu / %zu = %.4f, mean |logit difference| %.4f\n",
               agree, steps, rate, mean_dev);
+  std::printf("llama.cpp's ids vs exact math: %zu / %zu = %.4f\n", ref_agree, steps,
+              double(ref_agree) / double(steps));
   EXPECT_GE(rate, all_cases ? 0.965 : 0.95);
+  EXPECT_GE(double(agree) + 0.01 * double(steps), double(ref_agree)) << "the fast path is farther from exact math "
+                                                                          "than llama.cpp's quantized path";
   EXPECT_LT(mean_dev, 0.235);
   llm_model_free(exact);
 }
