@@ -58,14 +58,21 @@ const char* const kUsage =
     "options:\n"
     "  --quant f32|f16|bf16|q8|q4|q4m  weight format of the 2-D matrices (default: keep the\n"
     "                               input's); q4m = q4 with a per-group minimum (5 bits/weight at g32);\n"
-    "                               also GGUF's q5_0, q5_1, q4_K, q5_K, q6_K\n"
+    "                               also GGUF's q5_0, q5_1, q3_K, q4_K, q5_K, q6_K\n"
     "  --quant q4_K_M|q5_K_M        llama.cpp's K-quant mixes: q4_K (q5_K) with q6_K for the output\n"
     "                               and for attn_v, ffn_down in about half of the layers. K-type rows\n"
     "                               not a multiple of 256 fall back to q5_0 / q5_1 / q8 (q6_K)\n"
+    "  --quant q3_K_M|q2_K|iq4_xs|iq4_nl  llama.cpp's mixes of those names, q6_K for the output:\n"
+    "                               q3_K_M: q3_K, q4_K/q5_K for attn_v, attn_output, ffn_down;\n"
+    "                               q2_K: q2_K, q3_K for them (attn_v q4_K at 4+ query heads per KV\n"
+    "                               head); iq4_xs, iq4_nl: that type, q5_K for ffn_down in the first\n"
+    "                               eighth of the layers (and attn_v at 4+ query heads per KV head)\n"
     "  --group 32|64|128            q4/q4m group size (default 32)\n"
-    "  --embd-quant f32|f16|bf16|q8|q4|q4m  format of token_embd and output (default: as --quant)\n"
+    "  --embd-quant f32|f16|bf16|q8|q4|q4m  format of token_embd and output (default: as --quant);\n"
+    "                               also the GGUF block types, q2_K, iq4_xs and iq4_nl included\n"
     "  --tensor-quant KIND=FORMAT   format of one kind of layer matrix in every layer (repeatable);\n"
-    "                               KIND: attn_q attn_k attn_v attn_output ffn_gate ffn_up ffn_down\n"
+    "                               KIND: attn_q attn_k attn_v attn_output ffn_gate ffn_up ffn_down;\n"
+    "                               FORMAT: as --embd-quant\n"
     "  --awq CALIB.txt              AWQ: rescale q/k/v, gate/up, down (and an untied output) by\n"
     "                               activation statistics of the text before q4/q8 quantization\n"
     "  --awq-clip                   AWQ: also search a clipping range per quantization group\n"
@@ -140,9 +147,13 @@ bool parse_dtype(const std::string& q, DType* out) {
   else if (q == "q4m" || q == "q4_1") *out = DType::Q4M;
   else if (q == "q5_0") *out = DType::Q5_0;
   else if (q == "q5_1") *out = DType::Q5_1;
+  else if (q == "q2_K" || q == "q2_k") *out = DType::Q2_K;
+  else if (q == "q3_K" || q == "q3_k") *out = DType::Q3_K;
   else if (q == "q4_K" || q == "q4_k") *out = DType::Q4_K;
   else if (q == "q5_K" || q == "q5_k") *out = DType::Q5_K;
   else if (q == "q6_K" || q == "q6_k") *out = DType::Q6_K;
+  else if (q == "iq4_nl") *out = DType::IQ4_NL;
+  else if (q == "iq4_xs") *out = DType::IQ4_XS;
   else return false;
   return true;
 }
@@ -372,19 +383,22 @@ void print_report(const llm::LlmWriteReport& rep, const std::string& path, const
 // ---------------------------------------------------------------------------
 // Weight format choice
 
-// The model facts a mix needs: its layer count, and whether token_embd is
-// also the output matrix.
+// The model facts a mix needs: its layer count, query heads per KV head,
+// and whether token_embd is also the output matrix.
 struct ModelLayout {
   int32_t n_layers = 0;
+  int32_t n_gqa = 1;
   bool tied = false;
 };
+
+int32_t gqa_of(int32_t n_heads, int32_t n_kv_heads) { return n_kv_heads > 0 ? n_heads / n_kv_heads : 1; }
 
 llm::LlmConvertOptions convert_options(const Args& a, const ModelLayout& m) {
   llm::LlmConvertOptions c;
   c.requantize = a.has_quant;
   c.dtype = a.quant;
   c.group = a.group;
-  if (!a.mix.empty()) llm::kquant_mix_options(a.mix, m.n_layers, m.tied, &c);
+  if (!a.mix.empty()) llm::kquant_mix_options(a.mix, m.n_layers, m.tied, &c, m.n_gqa);
   if (a.has_embd) {
     c.overrides["token_embd.weight"] = a.embd;
     c.overrides["output.weight"] = a.embd;
@@ -401,7 +415,7 @@ llm::LlmConvertOptions convert_options(const Args& a, const ModelLayout& m) {
 // What a mix changes, by format: "; q6_K for output + attn_v in layers 0,1,2,5 + ffn_down in layers 0,1,2,5".
 std::string mix_summary(const Args& a, const ModelLayout& m) {
   llm::LlmConvertOptions mix;
-  llm::kquant_mix_options(a.mix, m.n_layers, m.tied, &mix);
+  llm::kquant_mix_options(a.mix, m.n_layers, m.tied, &mix, m.n_gqa);
   std::map<DType, std::map<std::string, std::vector<int>>> by_type;  // format -> kind or name -> layers
   for (const auto& [name, d] : mix.overrides) {
     const std::string kind = llm::layer_tensor_kind(name);
@@ -415,6 +429,10 @@ std::string mix_summary(const Args& a, const ModelLayout& m) {
     for (auto& [what, layers] : entries) {
       r += sep + what.substr(0, what.find('.'));
       std::sort(layers.begin(), layers.end());
+      if (!layers.empty() && int32_t(layers.size()) == m.n_layers) {
+        r += " in every layer";
+        layers.clear();
+      }
       for (size_t i = 0; i < layers.size(); ++i) r += (i ? "," : " in layers ") + std::to_string(layers[i]);
       sep = " + ";
     }
@@ -605,6 +623,7 @@ llm::LlmWriteReport convert(const Args& a, llm::ThreadPool& pool, const llm::Llm
   llm::ModelSource src = read_input(a, log, &format);
   ModelLayout layout;
   layout.n_layers = src.config.n_layers;
+  layout.n_gqa = gqa_of(src.config.n_heads, src.config.n_kv_heads);
   layout.tied = std::none_of(src.tensors.begin(), src.tensors.end(),
                              [](const llm::TensorData& t) { return t.name == "output.weight"; });
   const llm::LlmConvertOptions co = convert_options(a, layout);
@@ -726,6 +745,7 @@ llm::LlmWriteReport synthesize(const Args& a, llm::ThreadPool& pool, const llm::
   std::vector<std::string> notes;
   ModelLayout layout;
   layout.n_layers = sh->n_layers;
+  layout.n_gqa = gqa_of(sh->n_heads, sh->n_kv_heads);
   layout.tied = sh->tied;
   const llm::LlmConvertOptions co = convert_options(a, layout);
   auto add = [&](const std::string& name, std::vector<int64_t> shape) {

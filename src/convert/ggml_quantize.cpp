@@ -16,9 +16,9 @@ namespace llm {
 
 namespace {
 
-constexpr int kQK = 32;    // values per block of Q5_0 / Q5_1; per sub-block of Q4_K / Q5_K
-constexpr int kQKK = 256;  // values per super-block of the K types
-constexpr int kSub6 = 16;  // values per Q6_K sub-block
+constexpr int kQK = 32;     // values per block of Q5_0 / Q5_1 / IQ4_NL; per sub-block of Q4_K, Q5_K, IQ4_XS
+constexpr int kQKK = 256;   // values per super-block of the K types and IQ4_XS
+constexpr int kSub16 = 16;  // values per sub-block of Q2_K, Q3_K, Q6_K
 
 // An fp16 scale as it will be read back; saturates at the largest finite half.
 float round_half(float v) {
@@ -183,28 +183,86 @@ Affine fit_affine(const float* x, const float* w, int n, int nmax) {
   return best;
 }
 
-// x ~ s * q with q in -32..31 (s may be negative: the value of largest
-// magnitude can take the extra level -32 whatever its sign).
-float fit_symmetric(const float* x, const float* w, int n) {
+// x ~ s * q with q in qmin..qmax, qmin = -qmax - 1 (s may be negative: the
+// value of largest magnitude can take the extra level qmin whatever its sign).
+float fit_symmetric(const float* x, const float* w, int n, int qmin, int qmax) {
   const float vmax = signed_absmax(x, n);
   if (vmax == 0.0f) return 0.0f;
   auto solve = [&](float s, double* out) {  // codes for step s, then the LS step; returns the error - sum w x^2
     const float is = 1.0f / s;
     double qq = 0.0, qx = 0.0;
     for (int j = 0; j < n; ++j) {
-      const double q = clamp_code(std::nearbyint(x[j] * is), -32, 31);
+      const double q = clamp_code(std::nearbyint(x[j] * is), qmin, qmax);
       qq += w[j] * q * q, qx += w[j] * q * x[j];
     }
     if (!(qq > 0.0)) return double(INFINITY);
     *out = qx / qq;
     return -qx * qx / qq;
   };
-  double best_err = INFINITY, best = double(vmax) / -32.0;
+  double best_err = INFINITY, best = double(vmax) / qmin;
   for (float delta : kDeltas) {
     double s = 0.0;
-    // The extreme value on code -32 (the longer side), or on +31.
-    for (float levels : {-32.0f - delta, 31.0f + delta}) {
+    // The extreme value on code qmin (the longer side), or on qmax.
+    for (float levels : {float(qmin) - delta, float(qmax) + delta}) {
       const double e = solve(vmax / levels, &s);
+      if (e < best_err) best_err = e, best = s;
+    }
+  }
+  for (int it = 0; it < kRefine && best != 0.0; ++it) {
+    double s = 0.0;
+    const double e = solve(float(best), &s);
+    if (!(e < best_err)) break;
+    best_err = e, best = s;
+  }
+  return float(best);
+}
+
+// IQ4_NL / IQ4_XS: value = step * kIq4Table[index], the table fixed by the
+// format (ggml's kvalues_iq4nl), denser near 0 than a uniform grid.
+constexpr int8_t kIq4Table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The table entry nearest to v (in table units): a search on the midpoints.
+inline int iq4_nearest(float v) {
+  int lo = 0, hi = 15;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (v > 0.5f * float(kIq4Table[mid] + kIq4Table[mid + 1])) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return kIq4Table[lo];
+}
+
+// Where the value of largest magnitude is put, as a fraction of the table's
+// end (-127, or 113): inside the table (< 1) to spend the dense middle on
+// the bulk, or beyond it (> 1) to clip the extreme.
+constexpr int kIq4Reaches = 9;
+constexpr float kIq4Reach0 = 0.85f, kIq4ReachStep = 0.05f;
+
+// x ~ s * table[i] (s signed: the table's longer side, -127, holds the value
+// of largest magnitude whichever its sign, or its shorter side 113 does).
+float fit_iq4(const float* x, const float* w, int n) {
+  const float vmax = signed_absmax(x, n);
+  if (vmax == 0.0f) return 0.0f;
+  auto solve = [&](float s, double* out) {  // table values for step s, then the LS step
+    const float is = 1.0f / s;
+    double tt = 0.0, tx = 0.0;
+    for (int j = 0; j < n; ++j) {
+      const double t = iq4_nearest(x[j] * is);
+      tt += w[j] * t * t, tx += w[j] * t * x[j];
+    }
+    if (!(tt > 0.0)) return double(INFINITY);
+    *out = tx / tt;
+    return -tx * tx / tt;
+  };
+  double best_err = INFINITY, best = double(vmax) / -127.0;
+  for (int r = 0; r < kIq4Reaches; ++r) {
+    const float reach = kIq4Reach0 + kIq4ReachStep * float(r);
+    for (float end : {-127.0f, 113.0f}) {
+      double s = 0.0;
+      const double e = solve(vmax / (end * reach), &s);
       if (e < best_err) best_err = e, best = s;
     }
   }
@@ -233,13 +291,26 @@ double code_affine(const float* x, const float* w, int n, int nmax, float ds, fl
   return e;
 }
 
-double code_symmetric(const float* x, const float* w, int n, float ds, int8_t* q) {
+// Symmetric codes: q[j] in qmin..qmax is the level itself (value = ds * q).
+double code_symmetric(const float* x, const float* w, int n, int qmin, int qmax, float ds, int8_t* q) {
   const float is = ds != 0.0f ? 1.0f / ds : 0.0f;
   double e = 0.0;
   for (int j = 0; j < n; ++j) {
-    const int c = ds != 0.0f ? clamp_code(std::nearbyint(x[j] * is), -32, 31) : 0;
+    const int c = ds != 0.0f ? clamp_code(std::nearbyint(x[j] * is), qmin, qmax) : 0;
     q[j] = int8_t(c);
     const double r = double(ds * float(c)) - x[j];
+    e += w[j] * r * r;
+  }
+  return e;
+}
+
+// IQ4 codes as their table values (value = ds * t; the index is found when packing).
+double code_iq4(const float* x, const float* w, int n, float ds, int8_t* t) {
+  const float is = ds != 0.0f ? 1.0f / ds : 0.0f;
+  double e = 0.0;
+  for (int j = 0; j < n; ++j) {
+    t[j] = int8_t(iq4_nearest(x[j] * is));
+    const double r = double(ds * float(t[j])) - x[j];
     e += w[j] * r * r;
   }
   return e;
@@ -254,6 +325,103 @@ void neighbours(float v, float u, int lo, int hi, int* first, int* last) {
 }
 
 // ---------------------------------------------------------------------------
+// Super-blocks: every sub-block's fitted step (and offset) becomes an integer
+// multiple of the super-block's fp16 unit(s), chosen among the 3 (3 x 3)
+// nearest multiples by the error of the sub-block re-coded with it.
+
+// Affine (Q2_K, Q4_K, Q5_K): value = (d * sc) * q - dmin * mn, sc and mn in
+// 0..kmax, q in 0..nmax; nsub sub-blocks of len values. Returns the error.
+double pick_affine(const Block& b, const Affine* f, int nsub, int len, int nmax, int kmax, float d, float dmin,
+                   uint8_t* sc, uint8_t* mn, uint8_t* q) {
+  uint8_t trial[kQK];
+  double total = 0.0;
+  for (int s = 0; s < nsub; ++s) {
+    const float* x = b.x + len * s;
+    const float* w = b.w + len * s;
+    int s0, s1, m0, m1;
+    neighbours(f[s].s, d, 0, kmax, &s0, &s1);
+    neighbours(f[s].m, dmin, 0, kmax, &m0, &m1);
+    double best = INFINITY;
+    for (int a = s0; a <= s1; ++a) {
+      for (int c = m0; c <= m1; ++c) {
+        const double e = code_affine(x, w, len, nmax, d * float(a), dmin * float(c), trial);
+        if (e < best) {
+          best = e, sc[s] = uint8_t(a), mn[s] = uint8_t(c);
+          std::memcpy(q + len * s, trial, size_t(len));
+        }
+      }
+    }
+    total += best;
+  }
+  return total;
+}
+
+// Symmetric (Q3_K, IQ4_XS): value = (d * k) * level, k in kmin..-kmin-1;
+// code(x, w, n, step, levels) writes a sub-block's levels for a step and
+// returns their weighted squared error. Returns the error.
+template <class Code>
+double pick_symmetric(const Block& b, const float* fit, int nsub, int len, int kmin, float d, const Code& code,
+                      int8_t* k, int8_t* lv) {
+  int8_t trial[kQK];
+  double total = 0.0;
+  for (int s = 0; s < nsub; ++s) {
+    const float* x = b.x + len * s;
+    const float* w = b.w + len * s;
+    int k0, k1;
+    neighbours(fit[s], d, kmin, -kmin - 1, &k0, &k1);
+    double best = INFINITY;
+    for (int c = k0; c <= k1; ++c) {
+      const double e = code(x, w, len, d * float(c), trial);
+      if (e < best) {
+        best = e, k[s] = int8_t(c);
+        std::memcpy(lv + len * s, trial, size_t(len));
+      }
+    }
+    total += best;
+  }
+  return total;
+}
+
+// The unit d of a symmetric super-block: first the largest fitted step on
+// kmin (the longer side), then least-squares refits of d for the chosen
+// scales and levels, each re-rounded and re-picked, kept while the error falls.
+// Six-bit sub-block scales round coarsely; a refit lets d trade the
+// largest sub-block's precision for the others'.
+template <class Code>
+float fit_unit_symmetric(const Block& b, const float* fit, int nsub, int len, int kmin, const Code& code, int8_t* k,
+                         int8_t* lv) {
+  float smax = 0.0f;
+  for (int s = 0; s < nsub; ++s)
+    if (std::fabs(fit[s]) > std::fabs(smax)) smax = fit[s];
+  float d = round_half(smax / float(kmin));
+  double err = pick_symmetric(b, fit, nsub, len, kmin, d, code, k, lv);
+  int8_t k2[kQKK / 16], lv2[kQKK];
+  for (int it = 0; it < kRefine && d != 0.0f; ++it) {
+    double ax = 0.0, aa = 0.0;  // x ~ d * a with a = k * level
+    for (int j = 0; j < nsub * len; ++j) {
+      const double a = double(k[j / len]) * lv[j];
+      ax += b.w[j] * a * b.x[j], aa += b.w[j] * a * a;
+    }
+    if (!(aa > 0.0)) break;
+    const float d2 = round_half(float(ax / aa));
+    if (d2 == d || d2 == 0.0f) break;
+    const double e = pick_symmetric(b, fit, nsub, len, kmin, d2, code, k2, lv2);
+    if (!(e < err)) break;
+    err = e, d = d2;
+    std::memcpy(k, k2, size_t(nsub));
+    std::memcpy(lv, lv2, size_t(nsub * len));
+  }
+  return d;
+}
+
+// Low bits of the 2-bit planes of Q2_K and Q3_K: value v of the super-block
+// in bits 2 * ((v % 128) / 32) of byte 32 * (v / 128) + v % 32.
+void pack_2bit_planes(const uint8_t* q, uint8_t* qs) {
+  std::memset(qs, 0, 64);
+  for (int v = 0; v < kQKK; ++v) qs[32 * (v / 128) + v % 32] |= uint8_t((q[v] & 3) << (2 * ((v % 128) / 32)));
+}
+
+// ---------------------------------------------------------------------------
 // Q4_K / Q5_K super-block: 8 sub-blocks of 32, 6-bit scales and minimums.
 
 void quantize_qk_affine_block(const Block& b, int nmax, uint8_t* out) {
@@ -265,24 +433,8 @@ void quantize_qk_affine_block(const Block& b, int nmax, uint8_t* out) {
     mmax = std::fmax(mmax, f[s].m);
   }
   const float d = round_half(smax / 63.0f), dmin = round_half(mmax / 63.0f);
-  uint8_t sc[8], mn[8], q[kQKK], trial[kQK];
-  for (int s = 0; s < 8; ++s) {
-    const float* x = b.x + kQK * s;
-    const float* w = b.w + kQK * s;
-    int s0, s1, m0, m1;
-    neighbours(f[s].s, d, 0, 63, &s0, &s1);
-    neighbours(f[s].m, dmin, 0, 63, &m0, &m1);
-    double best = INFINITY;
-    for (int a = s0; a <= s1; ++a) {
-      for (int c = m0; c <= m1; ++c) {
-        const double e = code_affine(x, w, kQK, nmax, d * float(a), dmin * float(c), trial);
-        if (e < best) {
-          best = e, sc[s] = uint8_t(a), mn[s] = uint8_t(c);
-          std::memcpy(q + kQK * s, trial, kQK);
-        }
-      }
-    }
-  }
+  uint8_t sc[8], mn[8], q[kQKK];
+  pick_affine(b, f, 8, kQK, nmax, 63, d, dmin, sc, mn, q);
   store_half(out, d);
   store_half(out + 2, dmin);
   // 12 bytes: sub-blocks 0..3 in the low 6 bits of bytes 0..3 (scales) and
@@ -310,28 +462,147 @@ void quantize_qk_affine_block(const Block& b, int nmax, uint8_t* out) {
 }
 
 // ---------------------------------------------------------------------------
+// Q2_K super-block: 16 sub-blocks of 16, 4-bit scales and minimums, 2-bit codes.
+
+void quantize_q2_k_block(const Block& b, uint8_t* out) {
+  Affine f[16];
+  float smax = 0.0f, mmax = 0.0f;
+  for (int s = 0; s < 16; ++s) {
+    f[s] = fit_affine(b.x + kSub16 * s, b.w + kSub16 * s, kSub16, 3);
+    smax = std::fmax(smax, f[s].s);
+    mmax = std::fmax(mmax, f[s].m);
+  }
+  float d = round_half(smax / 15.0f), dmin = round_half(mmax / 15.0f);
+  uint8_t sc[16], mn[16], q[kQKK], sc2[16], mn2[16], q2[kQKK];
+  double err = pick_affine(b, f, 16, kSub16, 3, 15, d, dmin, sc, mn, q);
+  // Four bits of scale round coarsely: refit (d, dmin) by least squares for
+  // the chosen integers, x ~ d * (sc q) - dmin * mn, re-pick, keep while better.
+  for (int it = 0; it < kRefine; ++it) {
+    double aa = 0.0, ac = 0.0, cc = 0.0, ax = 0.0, cx = 0.0;
+    for (int j = 0; j < kQKK; ++j) {
+      const double a = double(sc[j / kSub16]) * q[j], c = mn[j / kSub16], w = b.w[j];
+      aa += w * a * a, ac += w * a * c, cc += w * c * c, ax += w * a * b.x[j], cx += w * c * b.x[j];
+    }
+    double nd = 0.0, nm = double(dmin);
+    const double det = aa * cc - ac * ac;
+    if (cc > 0.0 && det > 1e-9 * aa * cc) {
+      nd = (ax * cc - ac * cx) / det;
+      nm = (ac * ax - aa * cx) / det;
+    } else if (aa > 0.0) {  // no minimums in use: d alone
+      nd = (ax + nm * ac) / aa;
+    }
+    if (!(nd > 0.0) || !(nm >= 0.0)) break;
+    const float d2 = round_half(float(nd)), dmin2 = round_half(float(nm));
+    if (d2 == d && dmin2 == dmin) break;
+    const double e = pick_affine(b, f, 16, kSub16, 3, 15, d2, dmin2, sc2, mn2, q2);
+    if (!(e < err)) break;
+    err = e, d = d2, dmin = dmin2;
+    std::memcpy(sc, sc2, 16), std::memcpy(mn, mn2, 16), std::memcpy(q, q2, kQKK);
+  }
+  // 84 bytes: scales[16] (scale | min << 4 per sub-block) | 2-bit planes | d | dmin.
+  for (int s = 0; s < 16; ++s) out[s] = uint8_t(sc[s] | mn[s] << 4);
+  pack_2bit_planes(q, out + 16);
+  store_half(out + 80, d);
+  store_half(out + 82, dmin);
+}
+
+// ---------------------------------------------------------------------------
+// Q3_K super-block: 16 sub-blocks of 16, 6-bit signed scales, codes -4..3.
+
+void quantize_q3_k_block(const Block& b, uint8_t* out) {
+  float fit[16];
+  for (int s = 0; s < 16; ++s) fit[s] = fit_symmetric(b.x + kSub16 * s, b.w + kSub16 * s, kSub16, -4, 3);
+  auto code = [](const float* x, const float* w, int n, float ds, int8_t* q) {
+    return code_symmetric(x, w, n, -4, 3, ds, q);
+  };
+  int8_t k[16], lv[kQKK];
+  const float d = fit_unit_symmetric(b, fit, 16, kSub16, -32, code, k, lv);
+  // 110 bytes: hmask[32] | 2-bit planes | scales[12] | d. Code u = level + 4:
+  // its low 2 bits in the planes, its bit 2 in bit v / 32 of hmask[v % 32].
+  uint8_t u[kQKK];
+  for (int v = 0; v < kQKK; ++v) u[v] = uint8_t(lv[v] + 4);
+  uint8_t* hmask = out;
+  std::memset(hmask, 0, 32);
+  for (int v = 0; v < kQKK; ++v) hmask[v % 32] |= uint8_t((u[v] >> 2) << (v / 32));
+  pack_2bit_planes(u, out + 32);
+  // Scale k + 32 of sub-block s: low 4 bits in nibble s / 8 of byte s % 8,
+  // high 2 bits in bits 2 * (s / 4) of byte 8 + s % 4.
+  uint8_t* scales = out + 96;
+  std::memset(scales, 0, 12);
+  for (int s = 0; s < 16; ++s) {
+    const int e = k[s] + 32;
+    scales[s % 8] |= uint8_t((e & 0x0f) << (4 * (s / 8)));
+    scales[8 + s % 4] |= uint8_t((e >> 4) << (2 * (s / 4)));
+  }
+  store_half(out + 108, d);
+}
+
+// ---------------------------------------------------------------------------
+// IQ4_NL (one step per 32) and IQ4_XS (6-bit signed scales per 32 of 256).
+
+uint8_t iq4_index(int8_t level) {
+  uint8_t i = 0;
+  while (i < 15 && kIq4Table[i] != level) ++i;
+  return i;
+}
+
+// 16 bytes per 32 values: value j in the low nibble of byte j, value 16 + j
+// in its high nibble.
+void pack_iq4_nibbles(const int8_t* lv, uint8_t* qs) {
+  for (int j = 0; j < 16; ++j) qs[j] = uint8_t(iq4_index(lv[j]) | iq4_index(lv[j + 16]) << 4);
+}
+
+void quantize_iq4_nl_block(const Block& b, uint8_t* out) {
+  const float d = round_half(fit_iq4(b.x, b.w, kQK));
+  int8_t lv[kQK];
+  code_iq4(b.x, b.w, kQK, d, lv);
+  store_half(out, d);
+  pack_iq4_nibbles(lv, out + 2);
+}
+
+void quantize_iq4_xs_block(const Block& b, uint8_t* out) {
+  float fit[8];
+  for (int s = 0; s < 8; ++s) fit[s] = fit_iq4(b.x + kQK * s, b.w + kQK * s, kQK);
+  int8_t k[8], lv[kQKK];
+  const float d = fit_unit_symmetric(b, fit, 8, kQK, -32, code_iq4, k, lv);
+  // 136 bytes: d | scales_h (2 high bits of k + 32 per sub-block) |
+  // scales_l[4] (low nibbles, two sub-blocks a byte) | 16 bytes per sub-block.
+  store_half(out, d);
+  uint16_t sh = 0;
+  uint8_t* sl = out + 4;
+  std::memset(sl, 0, 4);
+  for (int s = 0; s < 8; ++s) {
+    const int e = k[s] + 32;
+    sh = uint16_t(sh | (e >> 4) << (2 * s));
+    sl[s / 2] |= uint8_t((e & 0x0f) << (4 * (s % 2)));
+    pack_iq4_nibbles(lv + kQK * s, out + 8 + 16 * s);
+  }
+  std::memcpy(out + 2, &sh, 2);
+}
+
+// ---------------------------------------------------------------------------
 // Q6_K super-block: 16 sub-blocks of 16, int8 scales, 6-bit codes (bias 32).
 
 void quantize_q6_k_block(const Block& b, uint8_t* out) {
   float sub[16], smax = 0.0f;
   for (int s = 0; s < 16; ++s) {
-    sub[s] = fit_symmetric(b.x + kSub6 * s, b.w + kSub6 * s, kSub6);
+    sub[s] = fit_symmetric(b.x + kSub16 * s, b.w + kSub16 * s, kSub16, -32, 31);
     if (std::fabs(sub[s]) > std::fabs(smax)) smax = sub[s];
   }
   // The largest scale on -128, the longer side of int8.
   const float d = round_half(smax / -128.0f);
-  int8_t sc[16], q[kQKK], trial[kSub6];
+  int8_t sc[16], q[kQKK], trial[kSub16];
   for (int s = 0; s < 16; ++s) {
-    const float* x = b.x + kSub6 * s;
-    const float* w = b.w + kSub6 * s;
+    const float* x = b.x + kSub16 * s;
+    const float* w = b.w + kSub16 * s;
     int k0, k1;
     neighbours(sub[s], d, -128, 127, &k0, &k1);
     double best = INFINITY;
     for (int k = k0; k <= k1; ++k) {
-      const double e = code_symmetric(x, w, kSub6, d * float(k), trial);
+      const double e = code_symmetric(x, w, kSub16, -32, 31, d * float(k), trial);
       if (e < best) {
         best = e, sc[s] = int8_t(k);
-        std::memcpy(q + kSub6 * s, trial, kSub6);
+        std::memcpy(q + kSub16 * s, trial, kSub16);
       }
     }
   }
@@ -355,9 +626,7 @@ void quantize_q6_k_block(const Block& b, uint8_t* out) {
 
 }  // namespace
 
-bool ggml_quantizer_exists(DType t) {
-  return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
-}
+bool ggml_quantizer_exists(DType t) { return dtype_is_ggml_block(t); }
 
 void quantize_ggml_row(DType t, const float* x, const float* importance, uint8_t* dst, int64_t cols) {
   LLM_CHECK(ggml_quantizer_exists(t), LLM_ERR_UNSUPPORTED, "quantize_row: there is no %s quantizer", dtype_name(t));
@@ -369,12 +638,17 @@ void quantize_ggml_row(DType t, const float* x, const float* importance, uint8_t
   for (int64_t i = 0; i < cols / bv; ++i) {
     const float* imp = importance ? importance + i * bv : nullptr;
     uint8_t* out = dst + size_t(i) * bb;
-    load_block(x + i * bv, imp, int(bv), t == DType::Q6_K ? kSub6 : kQK, &b);
+    const bool sub16 = t == DType::Q2_K || t == DType::Q3_K || t == DType::Q6_K;
+    load_block(x + i * bv, imp, int(bv), sub16 ? kSub16 : kQK, &b);
     switch (t) {
       case DType::Q5_0: quantize_q5_0_block(b.x, out); break;
       case DType::Q5_1: quantize_q5_1_block(b.x, out); break;
+      case DType::Q2_K: quantize_q2_k_block(b, out); break;
+      case DType::Q3_K: quantize_q3_k_block(b, out); break;
       case DType::Q4_K: quantize_qk_affine_block(b, 15, out); break;
       case DType::Q5_K: quantize_qk_affine_block(b, 31, out); break;
+      case DType::IQ4_NL: quantize_iq4_nl_block(b, out); break;
+      case DType::IQ4_XS: quantize_iq4_xs_block(b, out); break;
       default: quantize_q6_k_block(b, out); break;
     }
   }
@@ -387,8 +661,6 @@ void quantize_any_row(DType t, uint32_t group, const float* src, uint8_t* dst, i
   }
   LLM_CHECK(dtype_row_bytes(t, cols, group) != 0 || cols == 0, LLM_ERR_INVALID_ARGUMENT,
             "quantize_row: %s with %lld cols, group %u", dtype_name(t), (long long)cols, group);
-  LLM_CHECK(ggml_quantizer_exists(t), LLM_ERR_UNSUPPORTED,
-            "quantize_row: %s blocks are read from GGUF files; there is no %s quantizer", dtype_name(t), dtype_name(t));
   quantize_ggml_row(t, src, importance, dst, cols);
 }
 

@@ -624,6 +624,9 @@ DType block_fallback(DType t) {
     case DType::Q4_K: return DType::Q5_0;
     case DType::Q5_K: return DType::Q5_1;
     case DType::Q6_K: return DType::Q8;
+    case DType::Q2_K:
+    case DType::Q3_K: return DType::Q4;  // ggml's Q4_0
+    case DType::IQ4_XS: return DType::IQ4_NL;
     default: return t;
   }
 }

@@ -228,7 +228,10 @@ TEST(Convert, KQuantMixPlan) {
   };
   for (const Fallback& f : {Fallback{llm::DType::Q4_K, llm::DType::Q5_0, 32},
                             Fallback{llm::DType::Q5_K, llm::DType::Q5_1, 32},
-                            Fallback{llm::DType::Q6_K, llm::DType::Q8, 32}}) {
+                            Fallback{llm::DType::Q6_K, llm::DType::Q8, 32},
+                            Fallback{llm::DType::Q3_K, llm::DType::Q4, 32},
+                            Fallback{llm::DType::Q2_K, llm::DType::Q4, 32},
+                            Fallback{llm::DType::IQ4_XS, llm::DType::IQ4_NL, 32}}) {
     llm::LlmConvertOptions co;
     co.requantize = true;
     co.dtype = f.want;
@@ -239,6 +242,80 @@ TEST(Convert, KQuantMixPlan) {
     EXPECT_EQ(plan(co, "blk.0.ffn_down.weight", {64, 172}).dtype, llm::DType::F16);
     ASSERT_EQ(notes.size(), 2u);
     EXPECT_NE(notes[0].find(std::string("stored as ") + llm::dtype_name(f.got)), std::string::npos) << notes[0];
+  }
+}
+
+// llama.cpp's Q3_K_M, Q2_K, IQ4_XS and IQ4_NL on the TinyLlama shape (22
+// layers; 32 query heads on 4 KV heads, and a model without GQA): the
+// types llama_tensor_get_type gives each matrix, written out layer by layer.
+TEST(Convert, LowBitMixPlans) {
+  std::vector<std::string> notes;
+  auto plan = [&](const llm::LlmConvertOptions& co, const std::string& name, std::vector<int64_t> shape) {
+    return llm::plan_llm_tensor(name, shape, llm::DType::F32, 0, co, &notes);
+  };
+  using llm::DType;
+  struct Case {
+    const char* mix;
+    int32_t n_gqa;
+    DType base;
+    DType attn_v[22], attn_output, ffn_down[22];
+  };
+  auto layers = [](DType first, int n_first, DType rest, DType* out) {
+    for (int l = 0; l < 22; ++l) out[l] = l < n_first ? first : rest;
+  };
+  auto all = [&](DType t, DType* out) { layers(t, 0, t, out); };
+  std::vector<Case> cases(7);
+  // Q3_K_M: attn_v Q5_K in the first 2 layers, ffn_down in the first 22/16 = 1.
+  cases[0] = {"q3_K_M", 8, DType::Q3_K, {}, DType::Q4_K, {}};
+  layers(DType::Q5_K, 2, DType::Q4_K, cases[0].attn_v);
+  layers(DType::Q5_K, 1, DType::Q4_K, cases[0].ffn_down);
+  cases[1] = cases[0];
+  cases[1].mix = "q3_k_m";
+  // Q2_K: attn_v Q4_K with GQA >= 4, Q3_K without; attn_output, ffn_down Q3_K.
+  cases[2] = {"q2_K", 8, DType::Q2_K, {}, DType::Q3_K, {}};
+  all(DType::Q4_K, cases[2].attn_v);
+  all(DType::Q3_K, cases[2].ffn_down);
+  cases[3] = cases[2];
+  cases[3].n_gqa = 1;
+  all(DType::Q3_K, cases[3].attn_v);
+  // IQ4_XS / IQ4_NL: ffn_down Q5_K in the first 22/8 = 2 layers, attn_v Q5_K with GQA >= 4.
+  cases[4] = {"iq4_xs", 8, DType::IQ4_XS, {}, DType::IQ4_XS, {}};
+  all(DType::Q5_K, cases[4].attn_v);
+  layers(DType::Q5_K, 2, DType::IQ4_XS, cases[4].ffn_down);
+  cases[5] = cases[4];
+  cases[5].n_gqa = 2;
+  all(DType::IQ4_XS, cases[5].attn_v);
+  cases[6] = {"iq4_nl", 4, DType::IQ4_NL, {}, DType::IQ4_NL, {}};
+  all(DType::Q5_K, cases[6].attn_v);
+  layers(DType::Q5_K, 2, DType::IQ4_NL, cases[6].ffn_down);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.mix) + " gqa " + std::to_string(c.n_gqa));
+    DType base;
+    ASSERT_TRUE(llm::kquant_mix_base(c.mix, &base));
+    EXPECT_EQ(base, c.base);
+    llm::LlmConvertOptions co;
+    ASSERT_TRUE(llm::kquant_mix_options(c.mix, 22, false, &co, c.n_gqa));
+    EXPECT_TRUE(co.requantize);
+    EXPECT_EQ(plan(co, "token_embd.weight", {32000, 2048}).dtype, c.base);
+    EXPECT_EQ(plan(co, "output.weight", {32000, 2048}).dtype, DType::Q6_K);
+    for (int l = 0; l < 22; ++l) {
+      const std::string b = "blk." + std::to_string(l) + ".";
+      EXPECT_EQ(plan(co, b + "attn_v.weight", {256, 2048}).dtype, c.attn_v[l]) << l;
+      EXPECT_EQ(plan(co, b + "attn_output.weight", {2048, 2048}).dtype, c.attn_output) << l;
+      EXPECT_EQ(plan(co, b + "ffn_down.weight", {2048, 5632}).dtype, c.ffn_down[l]) << l;
+      for (const char* k : {"attn_q", "attn_k", "ffn_gate", "ffn_up"})
+        EXPECT_EQ(plan(co, b + k + ".weight", {2048, 2048}).dtype, c.base) << k << " " << l;
+    }
+    EXPECT_EQ(plan(co, "blk.3.attn_q.weight", {2048, 2048}).group, uint32_t(llm::ggml_block_values(c.base)));
+    EXPECT_TRUE(notes.empty());
+    llm::LlmConvertOptions tied;
+    ASSERT_TRUE(llm::kquant_mix_options(c.mix, 22, true, &tied, c.n_gqa));
+    EXPECT_EQ(plan(tied, "token_embd.weight", {32000, 2048}).dtype, DType::Q6_K);
+  }
+  // Names llama.cpp does not have, or spelt otherwise, are not mixes.
+  for (const char* name : {"q2_K_M", "q3_K", "q3_K_S", "iq4_XS", "IQ4_NL", "q2_K_S"}) {
+    DType base;
+    EXPECT_FALSE(llm::kquant_mix_base(name, &base)) << name;
   }
 }
 

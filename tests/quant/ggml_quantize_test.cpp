@@ -33,11 +33,13 @@ struct Format {
 };
 
 // Bounds about 10% above what the quantizers give (Q4_K 0.0703, Q5_K 0.0346,
-// Q6_K 0.0169, Q5_0 0.0424, Q5_1 0.0379 relative RMSE), far below what a
-// wrong layout, a lost scale bit or a fit that ignores the minimum gives.
+// Q6_K 0.0169, Q5_0 0.0424, Q5_1 0.0379, Q2_K 0.2639, Q3_K 0.1440, IQ4_NL
+// 0.0728, IQ4_XS 0.0734 relative RMSE), far below what a wrong layout, a
+// lost scale bit or a fit that ignores the minimum gives.
 const Format kFormats[] = {
-    {DType::Q4_K, "q4_K", 0.077}, {DType::Q5_K, "q5_K", 0.038}, {DType::Q6_K, "q6_K", 0.0185},
-    {DType::Q5_0, "q5_0", 0.047}, {DType::Q5_1, "q5_1", 0.042},
+    {DType::Q4_K, "q4_K", 0.077},    {DType::Q5_K, "q5_K", 0.038},     {DType::Q6_K, "q6_K", 0.0185},
+    {DType::Q5_0, "q5_0", 0.047},    {DType::Q5_1, "q5_1", 0.042},     {DType::Q2_K, "q2_K", 0.29},
+    {DType::Q3_K, "q3_K", 0.158},    {DType::IQ4_NL, "iq4_nl", 0.080}, {DType::IQ4_XS, "iq4_xs", 0.081},
 };
 
 std::vector<float> round_trip(DType t, const std::vector<float>& x, const float* importance = nullptr) {
@@ -70,7 +72,8 @@ double sq_norm(const std::vector<float>& x) {
 using llm::testing::randn;
 
 // RMSE relative to the row's RMS on Gaussian rows of several scales, and the
-// formats rank by their bits: Q6_K < Q5_K < Q4_K, Q5_K < Q5_0.
+// formats rank by their bits: Q6_K < Q5_K < Q4_K < Q3_K < Q2_K, Q5_K < Q5_0,
+// IQ4_NL and IQ4_XS (4.5 and 4.25 bits) near Q4_K (4.5).
 TEST(GgmlQuantize, GaussianRoundTripErrors) {
   std::map<DType, double> rel;
   for (const Format& f : kFormats) {
@@ -90,29 +93,62 @@ TEST(GgmlQuantize, GaussianRoundTripErrors) {
   EXPECT_LT(rel[DType::Q6_K], 0.6 * rel[DType::Q5_K]);
   EXPECT_LT(rel[DType::Q5_K], 0.6 * rel[DType::Q4_K]);
   EXPECT_LT(rel[DType::Q5_K], rel[DType::Q5_0]);
+  EXPECT_LT(rel[DType::Q4_K], 0.6 * rel[DType::Q3_K]);
+  EXPECT_LT(rel[DType::Q3_K], 0.6 * rel[DType::Q2_K]);
+  for (DType t : {DType::IQ4_NL, DType::IQ4_XS}) {
+    EXPECT_LT(rel[t], 1.1 * rel[DType::Q4_K]) << dtype_name(t);
+    EXPECT_LT(rel[t], 0.6 * rel[DType::Q3_K]) << dtype_name(t);
+  }
+  EXPECT_LT(rel[DType::IQ4_NL], rel[DType::IQ4_XS]);  // an fp16 step per 32 against a 6-bit one
 }
 
 // ggml-quant-vectors.gguf: the same 129 rows of 256 (stories260K's embedding,
 // and a zero row) quantized by ggml_quantize_chunk. Q5_0/Q5_1 follow ggml's
-// rule, so their bytes are ggml's; the K types are fitted here and must not
-// be worse than ggml's quantizers on these rows.
+// rule, so their bytes are ggml's; the K types and IQ4_NL are fitted here and
+// must not be worse than ggml's quantizers on these rows. The file holds no
+// IQ4_XS; its rows are still checked against the source (and the zero row).
 TEST(GgmlQuantize, AgainstGgmlOnTheVectors) {
   std::ifstream in(std::string(LLM_MODELS_DIR) + "/ggml-quant-vectors.gguf", std::ios::binary);
   const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), {});
   ASSERT_FALSE(bytes.empty());
   const GgufFile g = parse_gguf(bytes.data(), bytes.size());
-  auto get = [&](const std::string& name) -> const GgufTensorInfo& {
+  auto find = [&](const std::string& name) -> const GgufTensorInfo* {
     for (const auto& t : g.tensors)
-      if (t.name == name) return t;
+      if (t.name == name) return &t;
+    return nullptr;
+  };
+  auto get = [&](const std::string& name) -> const GgufTensorInfo& {
+    if (const GgufTensorInfo* t = find(name)) return *t;
     throw std::runtime_error("missing tensor " + name);
   };
   const float* src = reinterpret_cast<const float*>(get("source.f32").data);
   const int64_t rows = 129, cols = 256;
   for (const Format& f : kFormats) {
-    const GgufTensorInfo& q = get(std::string("q.") + f.ggml_name);
-    const float* ggml_y = reinterpret_cast<const float*>(get(std::string("deq.") + f.ggml_name).data);
     const size_t rb = dtype_row_bytes(f.t, cols, uint32_t(ggml_block_values(f.t)));
-    ASSERT_EQ(rb * rows, q.nbytes);
+    const GgufTensorInfo* q = find(std::string("q.") + f.ggml_name);
+    if (q == nullptr) {
+      ASSERT_EQ(f.t, DType::IQ4_XS) << "ggml-quant-vectors.gguf has no " << f.ggml_name;
+      std::vector<uint8_t> row(rb);
+      std::vector<float> y(cols);
+      double ours = 0.0, ref = 0.0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* x = src + r * cols;
+        quantize_any_row(f.t, uint32_t(ggml_block_values(f.t)), x, row.data(), cols);
+        dequantize_row(f.t, uint32_t(ggml_block_values(f.t)), row.data(), y.data(), cols);
+        for (int64_t j = 0; j < cols; ++j) {
+          ours += double(y[j] - x[j]) * (y[j] - x[j]);
+          ref += double(x[j]) * x[j];
+          if (r == rows - 1) {
+            ASSERT_EQ(y[j], 0.0f) << f.ggml_name << ": the zero row";
+          }
+        }
+      }
+      std::printf("%-5s relative RMSE, libllm %.5f (not in the file)\n", f.ggml_name, std::sqrt(ours / ref));
+      EXPECT_LT(std::sqrt(ours / ref), 1.1 * f.gauss_bound) << f.ggml_name;
+      continue;
+    }
+    const float* ggml_y = reinterpret_cast<const float*>(get(std::string("deq.") + f.ggml_name).data);
+    ASSERT_EQ(rb * rows, q->nbytes);
     std::vector<uint8_t> row(rb);
     std::vector<float> y(cols);
     double ours = 0.0, theirs = 0.0, ref = 0.0;
@@ -120,7 +156,7 @@ TEST(GgmlQuantize, AgainstGgmlOnTheVectors) {
     for (int64_t r = 0; r < rows; ++r) {
       const float* x = src + r * cols;
       quantize_any_row(f.t, uint32_t(ggml_block_values(f.t)), x, row.data(), cols);
-      same_bytes += std::memcmp(row.data(), q.data + size_t(r) * rb, rb) == 0;
+      same_bytes += std::memcmp(row.data(), q->data + size_t(r) * rb, rb) == 0;
       dequantize_row(f.t, uint32_t(ggml_block_values(f.t)), row.data(), y.data(), cols);
       for (int64_t j = 0; j < cols; ++j) {
         ours += double(y[j] - x[j]) * (y[j] - x[j]);
@@ -158,27 +194,35 @@ TEST(GgmlQuantize, ZeroAndConstantRows) {
 // One huge value per super-block: it is reproduced to within its sub-block's
 // step, nothing becomes non-finite, and the sub-blocks without an outlier
 // keep a bounded error (their scales lose precision against the outlier's,
-// which is the format's cost, not the fit's).
+// which is the format's cost, not the fit's). Q2_K pays most: its 4-bit
+// scales and minimums become 0..15 multiples of the outlier's (measured: the
+// other sub-blocks at 0.37-0.60, 1.4-2.3x its Gaussian error; the outlier
+// within 2.1%, the fit trading a little of it for its sub-block's others).
 TEST(GgmlQuantize, OutliersStayBounded) {
   for (const Format& f : kFormats) {
     std::vector<float> x = randn(1024, 7);
     for (size_t b = 0; b < x.size(); b += 256) x[b + 37] = (b / 256) % 2 ? -60.0f : 45.0f;
     const std::vector<float> y = round_trip(f.t, x);
     for (float v : y) ASSERT_TRUE(std::isfinite(v));
+    const double outlier_tol = f.t == DType::Q2_K ? 0.03 : 0.02;
+    const double rest_bound = std::max(0.25, 2.5 * f.gauss_bound);
     for (size_t b = 0; b < x.size(); b += 256) {
-      EXPECT_NEAR(y[b + 37], x[b + 37], 0.02 * std::fabs(x[b + 37])) << dtype_name(f.t);
+      EXPECT_NEAR(y[b + 37], x[b + 37], outlier_tol * std::fabs(x[b + 37])) << dtype_name(f.t);
       // Values 64..255 of each super-block share no sub-block (nor 32-block) with the outlier.
       double err = 0.0, ref = 0.0;
       for (size_t i = b + 64; i < b + 256; ++i) {
         err += double(y[i] - x[i]) * (y[i] - x[i]);
         ref += double(x[i]) * x[i];
       }
-      EXPECT_LT(std::sqrt(err / ref), 0.25) << dtype_name(f.t) << " block " << b / 256;
+      EXPECT_LT(std::sqrt(err / ref), rest_bound) << dtype_name(f.t) << " block " << b / 256;
     }
   }
 }
 
-// NaN and infinities are coded as zero and do not disturb their neighbours.
+// NaN and infinities take the level nearest zero and do not disturb their
+// neighbours. Every format but Q2_K has a level at (or within a step of the
+// table's 1 of) zero; a Q2_K sub-block's levels d*sc*q - dmin*mn may all miss
+// it, so there the value is only the one of its 16 nearest to zero.
 TEST(GgmlQuantize, NonFiniteInputsGiveFiniteOutput) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   for (const Format& f : kFormats) {
@@ -189,7 +233,12 @@ TEST(GgmlQuantize, NonFiniteInputsGiveFiniteOutput) {
     for (size_t i = 0; i < y.size(); ++i) {
       ASSERT_TRUE(std::isfinite(y[i])) << dtype_name(f.t) << " " << i;
       if (i == 5 || i == 40 || i == 300) {
-        EXPECT_NEAR(y[i], 0.0f, 0.2f) << dtype_name(f.t);
+        if (f.t != DType::Q2_K) {
+          EXPECT_NEAR(y[i], 0.0f, 0.2f) << dtype_name(f.t);
+        }
+        // The other values of its 16 are levels of the same grid: none nearer 0.
+        for (size_t j = i / 16 * 16; j < i / 16 * 16 + 16; ++j)
+          EXPECT_LE(std::fabs(y[i]), std::fabs(y[j])) << dtype_name(f.t) << " " << i << " vs " << j;
         continue;
       }
       err += double(y[i] - x[i]) * (y[i] - x[i]);
@@ -215,6 +264,8 @@ TEST(GgmlQuantize, ImportanceWeightsSteerTheFit) {
       e_plain += imp[i] * double(plain[i] - x[i]) * (plain[i] - x[i]);
       e_weighted += imp[i] * double(weighted[i] - x[i]) * (weighted[i] - x[i]);
     }
+    std::printf("%-6s weighted error of the weighted fit: %.3f of the plain fit's\n", dtype_name(f.t),
+                e_weighted / e_plain);
     if (f.t == DType::Q5_0 || f.t == DType::Q5_1) {
       EXPECT_EQ(e_weighted, e_plain) << dtype_name(f.t);
     } else {
@@ -239,17 +290,26 @@ TEST(GgmlQuantize, DeterministicAndArgumentChecks) {
     }
     return LLM_OK;
   };
-  for (DType t : {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS, DType::Q8}) {
+  // Every GGUF block type has a quantizer; the native formats go through quant.h.
+  for (const Format& f : kFormats) EXPECT_TRUE(ggml_quantizer_exists(f.t)) << dtype_name(f.t);
+  for (DType t : {DType::F32, DType::F16, DType::Q8, DType::Q4, DType::Q4M}) {
     EXPECT_FALSE(ggml_quantizer_exists(t));
     EXPECT_EQ(status(t, 256), LLM_ERR_UNSUPPORTED) << dtype_name(t);
   }
   EXPECT_EQ(status(DType::Q4_K, 128), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(status(DType::Q2_K, 384), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(status(DType::IQ4_XS, 32), LLM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(status(DType::Q5_0, 48), LLM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(status(DType::IQ4_NL, 48), LLM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(status(DType::Q6_K, 512), LLM_OK);
+  EXPECT_EQ(status(DType::Q3_K, 512), LLM_OK);
+  EXPECT_EQ(status(DType::IQ4_NL, 32), LLM_OK);
   // Through quantize_any_row: the group must be the block.
   std::vector<uint8_t> out(1024);
   EXPECT_THROW(quantize_any_row(DType::Q4_K, 32, x.data(), out.data(), 256), Error);
-  EXPECT_THROW(quantize_any_row(DType::Q3_K, 256, x.data(), out.data(), 256), Error);
+  EXPECT_THROW(quantize_any_row(DType::Q3_K, 32, x.data(), out.data(), 256), Error);
+  EXPECT_THROW(quantize_any_row(DType::IQ4_NL, 256, x.data(), out.data(), 256), Error);
+  EXPECT_NO_THROW(quantize_any_row(DType::Q3_K, 256, x.data(), out.data(), 256));
   // The library's quantize_row writes the native formats only: these
   // quantizers are offline code, not in libllm.so.
   try {

@@ -354,7 +354,7 @@ TEST(QuantQuality, Q8FastKernelsStillAgree) {
 }
 
 
-// --- K-quant mixes (llm-convert --quant q4_K_M / q5_K_M / q6_K)
+// --- K-quant mixes (llm-convert --quant q4_K_M / q5_K_M / q6_K / q3_K_M / q2_K / iq4_xs / iq4_nl)
 
 // stories260K widened so that every matrix row is whole 256-value blocks,
 // computing the same function: dim 64 -> 256 (zero channels), 8 -> 32 query
@@ -412,7 +412,8 @@ const llm::ModelSource& wide_source() {
 
 llm::ModelSource mix_in_memory(const llm::ModelSource& src, const char* mix) {
   llm::LlmConvertOptions co;
-  EXPECT_TRUE(llm::kquant_mix_options(mix, src.config.n_layers, src.find("output.weight") == nullptr, &co));
+  EXPECT_TRUE(llm::kquant_mix_options(mix, src.config.n_layers, src.find("output.weight") == nullptr, &co,
+                                      src.config.n_heads / src.config.n_kv_heads));
   return quantize_in_memory(src, co);
 }
 
@@ -435,7 +436,8 @@ TEST(QuantQuality, WideModelIsTheSameFunction) {
 // On the widened model every matrix is a K type (bits per weight counted
 // over the real weights: zero padding is not charged); on stories260K itself
 // (rows of 64 and 172) the mixes fall back to q5_0 / q5_1 / q8 / f16, as in
-// llama.cpp.
+// llama.cpp (Q2_K, Q3_K and IQ4_XS rows to f16: plan_llm_tensor has no
+// 32-value fallback for them).
 TEST(QuantQuality, KQuantMixes) {
   const llm::Model& wide_f32 = f32_model();  // the same function (test above)
   struct Row {
@@ -451,15 +453,17 @@ TEST(QuantQuality, KQuantMixes) {
     co.group = 32;
     return quantize_in_memory(src, co);
   };
-  for (const char* name : {"q6_K", "q5_K_M", "q4_K_M", "q5_K", "q4_K", "q8", "q4"}) {
+  for (const char* name :
+       {"q6_K", "q5_K_M", "q4_K_M", "q5_K", "q4_K", "q8", "q4", "q3_K_M", "q3_K", "q2_K", "iq4_xs", "iq4_nl"}) {
     const std::string n = name;
     llm::ModelSource w, s;
-    if (n == "q5_K_M" || n == "q4_K_M") {
+    DType mix_base;
+    if (llm::kquant_mix_base(n, &mix_base)) {  // q2_K, iq4_xs, iq4_nl: llama.cpp's mixes of those names
       w = mix_in_memory(wide_source(), name);
       s = mix_in_memory(f32_source(), name);
     } else {
       const DType t = n == "q6_K" ? DType::Q6_K : n == "q5_K" ? DType::Q5_K : n == "q4_K" ? DType::Q4_K
-                    : n == "q8" ? DType::Q8 : DType::Q4;
+                    : n == "q3_K" ? DType::Q3_K : n == "q8" ? DType::Q8 : DType::Q4;
       w = plain(wide_source(), t);
       s = plain(f32_source(), t);
     }
@@ -496,6 +500,18 @@ TEST(QuantQuality, KQuantMixes) {
   EXPECT_LT(kl("q5_K_M"), kl("q5_K"));
   EXPECT_LT(kl("q4_K_M"), kl("q4_K"));
   EXPECT_LT(kl("q4_K"), kl("q4"));
+  // The low-bit mixes: fewer bits, more divergence; Q3_K_M beats plain Q3_K;
+  // the 4.25- and 4.5-bit IQ4 mixes beat the 3.9-bit Q3_K_M.
+  EXPECT_LT(kl("q4_K_M"), kl("q3_K_M"));
+  EXPECT_LT(kl("q3_K_M"), kl("q3_K"));
+  EXPECT_LT(kl("q3_K_M"), kl("q2_K"));
+  EXPECT_LT(kl("iq4_xs"), kl("q3_K_M"));
+  EXPECT_LT(kl("iq4_nl"), kl("q3_K_M"));
+  // Regression floors (measured: q3_K_M KL 0.097, q2_K 0.750, iq4_xs 0.039, iq4_nl 0.040).
+  EXPECT_LT(kl("q3_K_M"), 0.11);
+  EXPECT_LT(kl("q2_K"), 0.85);
+  EXPECT_LT(kl("iq4_xs"), 0.045);
+  EXPECT_LT(kl("iq4_nl"), 0.045);
   // Regression floors (measured: q6_K 0.968 / KL 0.0031, q4_K_M 0.922 / 0.026).
   EXPECT_GE(rows[0].wide.agreement, 0.95);
   EXPECT_LT(kl("q6_K"), 0.005);
