@@ -183,6 +183,20 @@ Affine fit_affine(const float* x, const float* w, int n, int nmax) {
   return best;
 }
 
+// Alternates rounding and solving from the grid's best step (error
+// best_err) while the error falls: solve(step, &next) codes the values for
+// step and returns their error with the least-squares step next.
+template <class Solve>
+double refine_step(const Solve& solve, double best, double best_err) {
+  for (int it = 0; it < kRefine && best != 0.0; ++it) {
+    double s = 0.0;
+    const double e = solve(float(best), &s);
+    if (!(e < best_err)) break;
+    best_err = e, best = s;
+  }
+  return best;
+}
+
 // x ~ s * q with q in qmin..qmax, qmin = -qmax - 1 (s may be negative: the
 // value of largest magnitude can take the extra level qmin whatever its sign).
 float fit_symmetric(const float* x, const float* w, int n, int qmin, int qmax) {
@@ -208,13 +222,7 @@ float fit_symmetric(const float* x, const float* w, int n, int qmin, int qmax) {
       if (e < best_err) best_err = e, best = s;
     }
   }
-  for (int it = 0; it < kRefine && best != 0.0; ++it) {
-    double s = 0.0;
-    const double e = solve(float(best), &s);
-    if (!(e < best_err)) break;
-    best_err = e, best = s;
-  }
-  return float(best);
+  return float(refine_step(solve, best, best_err));
 }
 
 // IQ4_NL / IQ4_XS: value = step * kIq4Table[index], the table fixed by the
@@ -266,13 +274,7 @@ float fit_iq4(const float* x, const float* w, int n) {
       if (e < best_err) best_err = e, best = s;
     }
   }
-  for (int it = 0; it < kRefine && best != 0.0; ++it) {
-    double s = 0.0;
-    const double e = solve(float(best), &s);
-    if (!(e < best_err)) break;
-    best_err = e, best = s;
-  }
-  return float(best);
+  return float(refine_step(solve, best, best_err));
 }
 
 // ---------------------------------------------------------------------------
