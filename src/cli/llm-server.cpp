@@ -80,6 +80,7 @@ struct Options {
   std::string model_name;  // default: the file name without its extension
   std::string template_file;
   uint32_t prefill_chunk = 256;  // prompt tokens prefilled per scheduler step
+  uint32_t prefill_chunk_decoding = 0;  // the same while a stream is decoding; 0: prefill_chunk
   uint64_t kv_budget_mib = 0;    // 0: the library's default
   bool have_seed = false;
   uint64_t seed = 0;  // for requests without a seed (else random per request)
@@ -90,8 +91,8 @@ void usage() {
   std::fprintf(stderr,
                "usage: llm-server -m MODEL [--host H] [--port P] [--threads N] [--parallel N] [--queue N]\n"
                "                  [--ctx N] [--api-key KEY] [--max-body BYTES] [--model-name NAME]\n"
-               "                  [--chat-template-file T] [--prefill-chunk N] [--kv-budget-mib N] [--seed S]\n"
-               "                  [--prompt-cache N]\n");
+               "                  [--chat-template-file T] [--prefill-chunk N] [--prefill-chunk-decoding N]\n"
+               "                  [--kv-budget-mib N] [--seed S] [--prompt-cache N]\n");
 }
 
 bool read_file(const std::string& path, std::string& out) {
@@ -162,6 +163,7 @@ struct Metrics {
   Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram itl{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   Histogram batch{{1, 2, 4, 8, 16, 32, 64}};
+  Histogram step_prompt{{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}};
   std::atomic<int64_t> queue_depth{0}, active{0}, kv_pages{0}, kv_bytes{0}, cached_sessions{0};
 
   std::string render() {
@@ -194,6 +196,8 @@ struct Metrics {
     ttft.write(out, "llm_time_to_first_token_seconds", "Arrival of a request to its first generated token.");
     itl.write(out, "llm_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
     batch.write(out, "llm_decode_batch_sessions", "Requests advanced by one llm_decode_batch_prefill call.");
+    step_prompt.write(out, "llm_step_prompt_tokens_decoding",
+                      "Prompt tokens prefilled by one call that also decoded a running stream.");
     return out;
   }
 };
@@ -449,9 +453,10 @@ void Scheduler::free_cache() {
 }
 
 // One llm_decode_batch_prefill call: a token for every decoding job and, in
-// the same pass, at most opt_.prefill_chunk prompt tokens over the jobs
-// still prefilling (admission order; a prompt's last chunk also samples its
-// first token).
+// the same pass, prompt tokens over the jobs still prefilling (admission
+// order; a prompt's last chunk also samples its first token): at most
+// opt_.prefill_chunk of them, or opt_.prefill_chunk_decoding while a job is
+// decoding, since every running stream waits for the whole pass.
 void Scheduler::step() {
   struct Entry {
     Job* job;
@@ -464,16 +469,18 @@ void Scheduler::step() {
   std::vector<const llm_token*> prompts;
   std::vector<size_t> n_prompts;
   std::vector<int32_t> sample;
-  size_t budget = opt_.prefill_chunk, n_decoding = 0;
+  size_t n_decoding = 0;
+  for (const auto& jp : active_) n_decoding += jp->phase == Phase::kDecode;
+  const uint32_t while_decoding = opt_.prefill_chunk_decoding ? opt_.prefill_chunk_decoding : opt_.prefill_chunk;
+  size_t budget = n_decoding > 0 ? std::min(opt_.prefill_chunk, while_decoding) : opt_.prefill_chunk;
+  const size_t budget0 = budget;
   for (auto& jp : active_) {
     Job& j = *jp;
     size_t n = 0;
-    if (j.phase == Phase::kDecode) {
-      ++n_decoding;
-    } else if (j.phase == Phase::kPrefill && budget > 0) {
+    if (j.phase == Phase::kPrefill && budget > 0) {
       n = std::min(budget, j.prompt.size() - j.n_prefilled);
       budget -= n;
-    } else {
+    } else if (j.phase != Phase::kDecode) {
       continue;
     }
     llm_session_stats_t st;
@@ -491,6 +498,7 @@ void Scheduler::step() {
   if (n_decoding > 0) {
     std::lock_guard<std::mutex> l(metrics_.mu);
     metrics_.batch.observe(double(n_decoding));
+    if (budget < budget0) metrics_.step_prompt.observe(double(budget0 - budget));
   }
   std::vector<llm_token> out(entries.size(), -1);
   const llm_status st = llm_decode_batch_prefill(sessions.data(), sessions.size(), prompts.data(), n_prompts.data(),
@@ -1103,6 +1111,10 @@ bool parse_args(int argc, char** argv, Options& o) {
     else if (a == "--chat-template-file") o.template_file = v;
     else if (a == "--prompt-cache") { if (!integer(0, 4096, n)) return false; o.prompt_cache = int(n); }
     else if (a == "--prefill-chunk") { if (!integer(1, 1 << 20, n)) return false; o.prefill_chunk = uint32_t(n); }
+    else if (a == "--prefill-chunk-decoding") {
+      if (!integer(1, 1 << 20, n)) return false;
+      o.prefill_chunk_decoding = uint32_t(n);
+    }
     else if (a == "--kv-budget-mib") { if (!integer(0, 1ll << 30, n)) return false; o.kv_budget_mib = uint64_t(n); }
     else if (a == "--seed") { o.seed = std::strtoull(v, nullptr, 10); o.have_seed = true; }
     else {

@@ -341,6 +341,43 @@ def t_concurrent(s, ctx):
     assert results[3] == first3, (results[3], first3)
 
 
+def t_prefill_while_decoding(s, ctx):
+    # The server runs with --prefill-chunk-decoding 8: a prompt that arrives while a stream is
+    # decoding is prefilled at most 8 tokens per step (each step holds the running stream).
+    m0 = metrics(s)
+    started, errors = threading.Event(), []
+
+    def long_stream():
+        try:
+            for chunk in s.client().chat.completions.create(
+                    model="test-model", messages=MSGS, max_tokens=ctx["overlap"], temperature=0, stream=True,
+                    extra_body={"ignore_eos": True}):
+                if any(ch.delta.content for ch in chunk.choices):
+                    started.set()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+        finally:
+            started.set()
+
+    client = s.client()  # made before the stream starts: the stream may be short
+    prompt = " ".join("Count %d and %d more." % (i, 7 * i) for i in range(20))  # ~150 tokens, not cached
+    t = threading.Thread(target=long_stream)
+    t.start()
+    assert started.wait(120), "the long stream never started"
+    r = client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": prompt}],
+                                           max_tokens=2, temperature=0)
+    t.join(180)
+    assert not errors, errors
+    assert r.usage.prompt_tokens > 8, r.usage
+    m1 = metrics(s)
+    name = "llm_step_prompt_tokens_decoding"
+    steps = m1[name + "_count"] - m0[name + "_count"]
+    within = m1[name + '_bucket{le="8"}'] - m0[name + '_bucket{le="8"}']
+    assert steps > 0, "no prompt was prefilled beside a decoding stream"
+    assert within == steps, "%d of %d such steps held more than 8 prompt tokens" % (steps - within, steps)
+    ctx["report"].append("prefill while decoding: %d steps of at most 8 prompt tokens" % steps)
+
+
 def wait_idle(s, baseline, timeout=30):
     deadline = time.time() + timeout
     while True:
@@ -526,11 +563,11 @@ def main():
     gemma = os.environ.get("LLM_GEMMA3_GGUF")
     if gemma and os.path.exists(gemma):
         model, template = gemma, None
-        ctx = {"n": 12, "long": 400, "busy": 40, "kv_prompt": None}
+        ctx = {"n": 12, "long": 400, "busy": 40, "kv_prompt": None, "overlap": 64}
     else:
         model, template = os.path.join(models_dir, "stories260K.gguf"), TEMPLATE
         # stories260K: 640 bytes of f16 KV per token, so 1 MiB holds ~1600 tokens.
-        ctx = {"n": 24, "long": 1500, "busy": 1500, "kv_prompt": "Once upon a time " * 420}
+        ctx = {"n": 24, "long": 1500, "busy": 1500, "kv_prompt": "Once upon a time " * 420, "overlap": 400}
     if not os.path.exists(model):
         print("SKIP: no model at %s" % model)
         return SKIP
@@ -540,11 +577,11 @@ def main():
     signal.alarm(int(os.environ.get("LLM_SERVER_TEST_TIMEOUT", "400")))
     ctx["report"] = []
     failures = []
-    s = Server(binary, model, ["--api-key", API_KEY, "--max-body", "65536", "--parallel", "4", "--queue", "64"],
-               template)
+    s = Server(binary, model, ["--api-key", API_KEY, "--max-body", "65536", "--parallel", "4", "--queue", "64",
+                               "--prefill-chunk-decoding", "8"], template)
     try:
         for case in (t_health_models, t_chat, t_stream, t_seed, t_prompt_cache, t_stop, t_json_schema, t_errors, t_concurrent,
-                     t_disconnect, t_metrics):
+                     t_prefill_while_decoding, t_disconnect, t_metrics):
             t0 = time.time()
             try:
                 case(s, ctx)
