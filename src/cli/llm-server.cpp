@@ -2,8 +2,8 @@
 //
 //   llm-server -m MODEL [--host 127.0.0.1] [--port 8080] [--threads N] [--parallel N] [--queue N]
 //              [--ctx N] [--api-key KEY] [--max-body BYTES] [--model-name NAME]
-//              [--chat-template-file T] [--prefill-chunk N] [--kv-budget-mib N] [--seed S]
-//              [--prompt-cache N]
+//              [--chat-template-file T] [--prefill-chunk N] [--prefill-chunk-decoding N]
+//              [--kv-budget-mib N] [--seed S] [--prompt-cache N]
 //
 // Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
 // GET /health, GET /metrics (docs/SERVER.md).
