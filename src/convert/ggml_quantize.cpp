@@ -197,22 +197,29 @@ double refine_step(const Solve& solve, double best, double best_err) {
   return best;
 }
 
+// x ~ s * level(x / s) for a step s: the levels of the values, then the
+// weighted least-squares step for those levels (*out); returns the error
+// minus sum w x^2 (INFINITY when every level is 0).
+template <class Level>
+double ls_step(const float* x, const float* w, int n, float s, const Level& level, double* out) {
+  const float is = 1.0f / s;
+  double qq = 0.0, qx = 0.0;
+  for (int j = 0; j < n; ++j) {
+    const double q = level(x[j] * is);
+    qq += w[j] * q * q, qx += w[j] * q * x[j];
+  }
+  if (!(qq > 0.0)) return double(INFINITY);
+  *out = qx / qq;
+  return -qx * qx / qq;
+}
+
 // x ~ s * q with q in qmin..qmax, qmin = -qmax - 1 (s may be negative: the
 // value of largest magnitude can take the extra level qmin whatever its sign).
 float fit_symmetric(const float* x, const float* w, int n, int qmin, int qmax) {
   const float vmax = signed_absmax(x, n);
   if (vmax == 0.0f) return 0.0f;
-  auto solve = [&](float s, double* out) {  // codes for step s, then the LS step; returns the error - sum w x^2
-    const float is = 1.0f / s;
-    double qq = 0.0, qx = 0.0;
-    for (int j = 0; j < n; ++j) {
-      const double q = clamp_code(std::nearbyint(x[j] * is), qmin, qmax);
-      qq += w[j] * q * q, qx += w[j] * q * x[j];
-    }
-    if (!(qq > 0.0)) return double(INFINITY);
-    *out = qx / qq;
-    return -qx * qx / qq;
-  };
+  const auto level = [=](float v) { return clamp_code(std::nearbyint(v), qmin, qmax); };
+  auto solve = [&](float s, double* out) { return ls_step(x, w, n, s, level, out); };
   double best_err = INFINITY, best = double(vmax) / qmin;
   for (float delta : kDeltas) {
     double s = 0.0;
@@ -254,17 +261,7 @@ constexpr float kIq4Reach0 = 0.85f, kIq4ReachStep = 0.05f;
 float fit_iq4(const float* x, const float* w, int n) {
   const float vmax = signed_absmax(x, n);
   if (vmax == 0.0f) return 0.0f;
-  auto solve = [&](float s, double* out) {  // table values for step s, then the LS step
-    const float is = 1.0f / s;
-    double tt = 0.0, tx = 0.0;
-    for (int j = 0; j < n; ++j) {
-      const double t = iq4_nearest(x[j] * is);
-      tt += w[j] * t * t, tx += w[j] * t * x[j];
-    }
-    if (!(tt > 0.0)) return double(INFINITY);
-    *out = tx / tt;
-    return -tx * tx / tt;
-  };
+  auto solve = [&](float s, double* out) { return ls_step(x, w, n, s, iq4_nearest, out); };
   double best_err = INFINITY, best = double(vmax) / -127.0;
   for (int r = 0; r < kIq4Reaches; ++r) {
     const float reach = kIq4Reach0 + kIq4ReachStep * float(r);
@@ -293,29 +290,27 @@ double code_affine(const float* x, const float* w, int n, int nmax, float ds, fl
   return e;
 }
 
-// Symmetric codes: q[j] in qmin..qmax is the level itself (value = ds * q).
-double code_symmetric(const float* x, const float* w, int n, int qmin, int qmax, float ds, int8_t* q) {
+// Levels q[j] = level(x[j] / ds) (value = ds * q; level(0) when ds is 0).
+template <class Level>
+double code_levels(const float* x, const float* w, int n, float ds, const Level& level, int8_t* q) {
   const float is = ds != 0.0f ? 1.0f / ds : 0.0f;
   double e = 0.0;
   for (int j = 0; j < n; ++j) {
-    const int c = ds != 0.0f ? clamp_code(std::nearbyint(x[j] * is), qmin, qmax) : 0;
-    q[j] = int8_t(c);
-    const double r = double(ds * float(c)) - x[j];
+    q[j] = int8_t(level(x[j] * is));
+    const double r = double(ds * float(q[j])) - x[j];
     e += w[j] * r * r;
   }
   return e;
 }
 
-// IQ4 codes as their table values (value = ds * t; the index is found when packing).
+// Symmetric codes: q[j] in qmin..qmax is the level itself.
+double code_symmetric(const float* x, const float* w, int n, int qmin, int qmax, float ds, int8_t* q) {
+  return code_levels(x, w, n, ds, [=](float v) { return clamp_code(std::nearbyint(v), qmin, qmax); }, q);
+}
+
+// IQ4 codes as their table values (the index is found when packing).
 double code_iq4(const float* x, const float* w, int n, float ds, int8_t* t) {
-  const float is = ds != 0.0f ? 1.0f / ds : 0.0f;
-  double e = 0.0;
-  for (int j = 0; j < n; ++j) {
-    t[j] = int8_t(iq4_nearest(x[j] * is));
-    const double r = double(ds * float(t[j])) - x[j];
-    e += w[j] * r * r;
-  }
-  return e;
+  return code_levels(x, w, n, ds, iq4_nearest, t);
 }
 
 // The integer multiple k of the unit u in [lo, hi] nearest to v, and its two
@@ -593,21 +588,11 @@ void quantize_q6_k_block(const Block& b, uint8_t* out) {
   }
   // The largest scale on -128, the longer side of int8.
   const float d = round_half(smax / -128.0f);
-  int8_t sc[16], q[kQKK], trial[kSub16];
-  for (int s = 0; s < 16; ++s) {
-    const float* x = b.x + kSub16 * s;
-    const float* w = b.w + kSub16 * s;
-    int k0, k1;
-    neighbours(sub[s], d, -128, 127, &k0, &k1);
-    double best = INFINITY;
-    for (int k = k0; k <= k1; ++k) {
-      const double e = code_symmetric(x, w, kSub16, -32, 31, d * float(k), trial);
-      if (e < best) {
-        best = e, sc[s] = int8_t(k);
-        std::memcpy(q + kSub16 * s, trial, kSub16);
-      }
-    }
-  }
+  int8_t sc[16], q[kQKK];
+  auto code = [](const float* x, const float* w, int n, float ds, int8_t* lv) {
+    return code_symmetric(x, w, n, -32, 31, ds, lv);
+  };
+  pick_symmetric(b, sub, 16, kSub16, -128, d, code, sc, q);
   // Per 128 values: ql[64] holds values l and 64 + l (low, high nibble) in
   // byte l, values 32 + l and 96 + l in byte 32 + l; qh[32] holds their top 2
   // bits at bit 0, 2, 4, 6 (values l, 32 + l, 64 + l, 96 + l).
@@ -637,11 +622,11 @@ void quantize_ggml_row(DType t, const float* x, const float* importance, uint8_t
   LLM_CHECK(cols >= 0 && cols % bv == 0, LLM_ERR_INVALID_ARGUMENT, "quantize_row: %lld values are not whole %s blocks",
             (long long)cols, dtype_name(t));
   Block b;
+  const int sub = t == DType::Q2_K || t == DType::Q3_K || t == DType::Q6_K ? kSub16 : kQK;
   for (int64_t i = 0; i < cols / bv; ++i) {
     const float* imp = importance ? importance + i * bv : nullptr;
     uint8_t* out = dst + size_t(i) * bb;
-    const bool sub16 = t == DType::Q2_K || t == DType::Q3_K || t == DType::Q6_K;
-    load_block(x + i * bv, imp, int(bv), sub16 ? kSub16 : kQK, &b);
+    load_block(x + i * bv, imp, int(bv), sub, &b);
     switch (t) {
       case DType::Q5_0: quantize_q5_0_block(b.x, out); break;
       case DType::Q5_1: quantize_q5_1_block(b.x, out); break;

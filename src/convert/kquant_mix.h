@@ -17,8 +17,8 @@
 // Q6_K. (llama.cpp's Q6_K is Q6_K everywhere, the output included: a plain
 // format.) Left out: llama.cpp's rules for 70B models (attn_v Q3_K/Q4_K ->
 // Q5_K), mixtures of experts and Falcon. A row that is not whole blocks falls
-// back as plan_llm_tensor says (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8; f16
-// for Q2_K, Q3_K and IQ4_XS, where llama.cpp takes Q4_0, Q4_0 and IQ4_NL).
+// back as plan_llm_tensor says (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8,
+// Q2_K and Q3_K -> Q4 (ggml's Q4_0), IQ4_XS -> IQ4_NL, as llama.cpp does).
 #pragma once
 
 #include <cstdint>
