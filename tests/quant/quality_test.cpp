@@ -435,9 +435,8 @@ TEST(QuantQuality, WideModelIsTheSameFunction) {
 // Teacher-forced agreement and KL against f32 for the K types and the mixes.
 // On the widened model every matrix is a K type (bits per weight counted
 // over the real weights: zero padding is not charged); on stories260K itself
-// (rows of 64 and 172) the mixes fall back to q5_0 / q5_1 / q8 / f16, as in
-// llama.cpp (Q2_K, Q3_K and IQ4_XS rows to f16: plan_llm_tensor has no
-// 32-value fallback for them).
+// (rows of 64 and 172) the mixes fall back to q5_0 / q5_1 / q8 / q4 / iq4_nl
+// / f16, as in llama.cpp.
 TEST(QuantQuality, KQuantMixes) {
   const llm::Model& wide_f32 = f32_model();  // the same function (test above)
   struct Row {
