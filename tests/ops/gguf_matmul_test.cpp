@@ -444,7 +444,7 @@ TEST(GgufMatmul, NonFiniteScalesStayInTheirRow) {
     std::memcpy(bytes.data() + 5 * w.row_bytes + size_t(llm::testing::gguf_d_offset(t)), &inf, 2);
     if (llm::testing::gguf_dmin_offset(t) >= 0)
       std::memcpy(bytes.data() + 7 * w.row_bytes + size_t(llm::testing::gguf_dmin_offset(t)), &ninf, 2);
-    for (int64_t n : {1, 6}) {
+    for (int64_t n : {1, 3, 6}) {  // decode, batched decode from the blocks, panels
       const std::vector<float> x = random_x(n, cols, rng);
       for_each_isa([&](Isa isa) {
         for (MatmulMode mode : {MatmulMode::Fast, MatmulMode::Reference}) {

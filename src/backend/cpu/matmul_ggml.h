@@ -109,8 +109,8 @@ void quantize_ggml_x_avx2(GgmlAct a, const float* x, int64_t n, int64_t cols, in
                           int16_t* bsums);
 // AVX2 family: every GGUF block type.
 void matmul_ggml_avx2(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1);
-// The AVX2 unpackers (the AVX-512 family uses them too: the unpacking is
-// exact, so it does not matter which code does it). nr rows from w (byte
+// The AVX2 family's unpackers (tests hold them to unpack_k_ref and
+// unpack_b32_ref byte for byte). nr rows from w (byte
 // stride rb), blocks [b0, b1) of each row: K-quants into out[r * ostride +
 // b - b0] (KUnpacked), others as below. pf: the same bytes of the next rows
 // to prefetch (decode), or null.

@@ -10,14 +10,13 @@
 //   Q3_K, Q6_K, IQ4_XS: acc = fma(float(S - M), d * d_x, acc);
 //   Q2_K, Q4_K, Q5_K:   acc = fma(float(S), d * d_x, acc);
 //                       acc = fma(float(M), dm * -d_x, acc);
-// and the output is acc. Prefill (more than kDirectBatch x rows) unpacks 16
-// W rows once per call into a panel (by the AVX2 unpackers: exact integers,
-// so which code unpacks does not matter) with the rows in lanes: vpdpbusd of
-// 4 codes per row against 4 bytes of an x row broadcast, vpmulld by the
-// sub-block's scales, vpdpwssd of minimum pairs against bsum pairs. Decode
-// reads the stored blocks in registers (KRegs), sums the same integers over
-// the lanes of vpmaddubsw / vpdpwssd and does the same f32 operations with
-// 4 rows in lanes.
+// and the output is acc. Prefill and batches of more than kDirectBatch x
+// rows decode 16 W rows once per call, straight from the stored blocks, into
+// a panel with the rows in lanes: vpdpbusd of 4 codes per row against 4
+// bytes of an x row broadcast, vpmulld by the sub-block's scales, vpdpwssd
+// of minimum pairs against bsum pairs. Decode reads the stored blocks in
+// registers (KRegs), sums the same integers over the lanes of vpmaddubsw /
+// vpdpwssd and does the same f32 operations with 4 rows in lanes.
 // Q5_0, IQ4_NL (Q8_0 activations): the quad layout of gemm_kernels.h, 4
 //   blocks per step. W codes are unsigned with a bias (Q5_0: the 5-bit code,
 //   bias 16; IQ4_NL: table value + 128); x's quads start each dot from
@@ -78,7 +77,7 @@ inline float hsum16(__m512 v) {
 
 // --- K-quant prefill panels -----------------------------------------------
 //
-// A panel is kPanel W rows unpacked once per call into the layout vpdpbusd
+// A panel is kPanel W rows decoded once per call into the layout vpdpbusd
 // wants with W rows in lanes: per super-block, 4 codes of each of 16 rows
 // per 64 bytes, so one vector of codes meets 4 bytes of an x row broadcast
 // to all lanes. Each lane (W row) keeps its own exact integer sums; the x
@@ -122,46 +121,272 @@ inline void transpose16(const __m512i a[16], __m512i out[16]) {
   }
 }
 
-// Rows [0, nr) of a panel from their unpacked super-blocks (row r's block sb
-// at u[r * nsb + sb]); the other rows get zero codes, scales and d. Codes by
-// 16 x 16 dword transposes; scales, minimum pairs and d by gathers.
-void build_panel(DType t, const KUnpacked* u, int nr, int64_t nsb, KPanelSb* out) {
-  const bool signed_codes = k_signed(t);
-  const __mmask16 live = __mmask16((1u << nr) - 1);
-  const __m512i flip = _mm512_set1_epi32(signed_codes ? int(0x80808080u) : 0);  // int8 t -> t + 128
-  const __m512i row_off = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                             _mm512_set1_epi32(int(nsb * int64_t(sizeof(KUnpacked)))));
-  const __m512i zero = _mm512_setzero_si512();
+// --- Panels straight from the stored blocks ----------------------------------
+//
+// Every K-quant keeps its codes 4 values to a dword of the stored bytes, in
+// the order the panel wants (a nibble, or a 2-bit plane, per value), so a
+// 16 x 16 dword transpose of the stored bytes of 16 rows, then a mask or a
+// shift per plane (plus the high bits, or IQ4_XS's table), gives the panel's
+// code vectors; the scales are decoded with the rows already in lanes. (The
+// panels were first built from KUnpacked rows, by the AVX2 unpackers and
+// gathers: with 16 x rows, batched decode, that cost more than the dots.)
+// The codes, scales and minimums are unpack_k_ref's integers; d and dm come
+// from F16C, as in k_gemv. Lanes past nr repeat row 0 (no read past the
+// matrix): the tile stores only the live lanes and no operation mixes lanes,
+// so their contents never matter.
+
+// Dword j (0..15) of the 64 bytes at row[r] + off, for the 16 rows, in out[j]
+// (lane r).
+inline void transpose_rows(const uint8_t* const row[16], size_t off, __m512i out[16]) {
+  __m512i a[16];
+  LLM_UNROLL for (int r = 0; r < 16; ++r) a[r] = load512(row[r] + off);
+  transpose16(a, out);
+}
+
+// Dwords 0..3 of the 16 bytes at row[r] + off, for the 16 rows.
+inline void transpose_rows4(const uint8_t* const row[16], size_t off, __m512i out[4]) {
+  __m512i h[4];
+  LLM_UNROLL for (int q = 0; q < 4; ++q) {
+    // 128-bit lane L: row 4q + L.
+    h[q] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[4 * q] + off)));
+    h[q] = _mm512_inserti32x4(h[q], _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[4 * q + 1] + off)), 1);
+    h[q] = _mm512_inserti32x4(h[q], _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[4 * q + 2] + off)), 2);
+    h[q] = _mm512_inserti32x4(h[q], _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[4 * q + 3] + off)), 3);
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(h[0], h[1]), t1 = _mm512_unpackhi_epi32(h[0], h[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(h[2], h[3]), t3 = _mm512_unpackhi_epi32(h[2], h[3]);
+  // Now dword 4L + q of each holds row 4q + L: back to row order.
+  const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  out[0] = _mm512_permutexvar_epi32(idx, _mm512_unpacklo_epi64(t0, t2));
+  out[1] = _mm512_permutexvar_epi32(idx, _mm512_unpackhi_epi64(t0, t2));
+  out[2] = _mm512_permutexvar_epi32(idx, _mm512_unpacklo_epi64(t1, t3));
+  out[3] = _mm512_permutexvar_epi32(idx, _mm512_unpackhi_epi64(t1, t3));
+}
+
+// The 16 halves in the low (high = false) or high 16 bits of each lane, as floats.
+inline __m512 halves_ps(__m512i v, bool high) {
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(high ? _mm512_srli_epi32(v, 16) : v));
+}
+
+// a | (b & c), one instruction.
+inline __m512i or_and(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0xf8); }
+
+// Q4_K / Q5_K: f16 d | f16 dmin | scales[12] | [Q5_K: qh[32]] | qs[128]. qs
+// dword m (of 32) holds values 64 (m / 8) + 4 (m % 8) .. + 3 in its low
+// nibbles (sub-block 2 (m / 8)) and the same of sub-block 2 (m / 8) + 1 in
+// its high ones; Q5_K's qh dword g holds bit j of values 32 j + 4 g .. + 3.
+template <bool Five>
+void panel_sb_q45k(const uint8_t* const row[16], KPanelSb& p) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
+  __m512i t[16], qh[8];
+  auto codes = [&](int m, __m512i v) {
+    const int c = m / 8, g = m % 8;
+    __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+    if constexpr (Five) {
+      // Bit j of each byte to bit 4: j = 2c (lo) and 2c + 1 (hi).
+      const int j = 2 * c;
+      lo = or_and(lo, j <= 4 ? _mm512_slli_epi32(qh[g], 4 - j) : _mm512_srli_epi32(qh[g], j - 4), b4);
+      hi = or_and(hi, j + 1 <= 4 ? _mm512_slli_epi32(qh[g], 3 - j) : _mm512_srli_epi32(qh[g], j - 3), b4);
+    }
+    _mm512_store_si512(p.q[16 * c + g], lo);
+    _mm512_store_si512(p.q[16 * c + 8 + g], hi);
+  };
+  if constexpr (Five) {
+    transpose_rows(row, 16, t);  // qh dwords 0..7, qs dwords 0..7
+    LLM_UNROLL for (int g = 0; g < 8; ++g) qh[g] = t[g];
+    LLM_UNROLL for (int m = 0; m < 8; ++m) codes(m, t[8 + m]);
+    transpose_rows(row, 80, t);  // qs dwords 8..23
+    LLM_UNROLL for (int m = 0; m < 16; ++m) codes(8 + m, t[m]);
+    transpose_rows(row, 112, t);  // qs dwords 16..31
+    LLM_UNROLL for (int m = 8; m < 16; ++m) codes(16 + m, t[m]);
+  } else {
+    transpose_rows(row, 16, t);
+    LLM_UNROLL for (int m = 0; m < 16; ++m) codes(m, t[m]);
+    transpose_rows(row, 80, t);
+    LLM_UNROLL for (int m = 0; m < 16; ++m) codes(16 + m, t[m]);
+  }
+  __m512i h[4];  // d | dmin, scales bytes 0..3, 4..7, 8..11
+  transpose_rows4(row, 0, h);
+  const __m512i m6 = _mm512_set1_epi32(63), m4d = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+  LLM_UNROLL for (int j = 0; j < 8; ++j) {
+    __m512i sc, mn;
+    if (j < 4) {
+      sc = _mm512_and_si512(_mm512_srli_epi32(h[1], 8 * j), m6);
+      mn = _mm512_and_si512(_mm512_srli_epi32(h[2], 8 * j), m6);
+    } else {
+      const int i = j - 4;
+      sc = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(h[3], 8 * i), m4d),
+                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h[1], 8 * i + 6), m2), 4));
+      mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(h[3], 8 * i + 4), m4d),
+                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h[2], 8 * i + 6), m2), 4));
+    }
+    _mm512_store_si512(p.sc[2 * j], sc);
+    _mm512_store_si512(p.sc[2 * j + 1], sc);
+    _mm512_store_si512(p.mn[j], _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16)));
+  }
+  _mm512_store_ps(p.d, halves_ps(h[0], false));
+  _mm512_store_ps(p.dm, halves_ps(h[0], true));
+}
+
+// Q6_K: ql[128] | qh[64] | int8 scales[16] | f16 d. Values 128 n + 32 q +
+// 4 g .. + 3 (quarter q, g < 8): the low (q < 2) or high nibbles of ql dword
+// 16 n + 8 (q & 1) + g, plus bits 2q, 2q + 1 of qh dword 8 n + g as bits 4, 5.
+void panel_sb_q6k(const uint8_t* const row[16], const uint8_t* d_word, const __m512i& row_off, KPanelSb& p) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), b45 = _mm512_set1_epi8(0x30);
+  __m512i ql[32], qh[16];
+  transpose_rows(row, 0, ql);
+  transpose_rows(row, 64, ql + 16);
+  transpose_rows(row, 128, qh);
+  LLM_UNROLL for (int gi = 0; gi < 64; ++gi) {
+    const int n = gi / 32, q = (gi % 32) / 8, g = gi % 8;
+    const __m512i l = ql[16 * n + 8 * (q & 1) + g];
+    const __m512i nib = q < 2 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi32(l, 4), m4);
+    const __m512i hv = qh[8 * n + g];
+    const __m512i hs = q < 2 ? _mm512_slli_epi32(hv, 4 - 2 * q) : (q == 2 ? hv : _mm512_srli_epi32(hv, 2));
+    _mm512_store_si512(p.q[gi], or_and(nib, hs, b45));
+  }
+  __m512i s[4];
+  transpose_rows4(row, 192, s);
+  __m512i sc[16];
+  LLM_UNROLL for (int k = 0; k < 16; ++k) {
+    sc[k] = _mm512_srai_epi32(_mm512_slli_epi32(s[k / 4], 24 - 8 * (k % 4)), 24);
+    _mm512_store_si512(p.sc[k], sc[k]);
+  }
+  LLM_UNROLL for (int j = 0; j < 8; ++j)
+    _mm512_store_si512(p.mn[j], _mm512_or_si512(_mm512_and_si512(_mm512_slli_epi32(sc[2 * j], 5), _mm512_set1_epi32(0xffff)),
+                                                _mm512_slli_epi32(sc[2 * j + 1], 21)));
+  // d at bytes 208..209: the high half of the dword at 206 (in the block).
+  const __m512 d = halves_ps(_mm512_i32gather_epi32(row_off, d_word, 1), true);
+  _mm512_store_ps(p.d, d);
+  _mm512_store_ps(p.dm, d);
+}
+
+// Q2_K: scales[16] (low nibble scale, high nibble minimum) | qs[64] | f16 d |
+// f16 dmin. Values 128 n + 32 j + 4 g .. + 3 (plane j, g < 8): bits 2j, 2j + 1
+// of qs dword 8 n + g.
+void panel_sb_q2k(const uint8_t* const row[16], const uint8_t* d_word, const __m512i& row_off, KPanelSb& p) {
+  const __m512i m2 = _mm512_set1_epi8(3);
+  __m512i qs[16];
+  transpose_rows(row, 16, qs);
+  LLM_UNROLL for (int gi = 0; gi < 64; ++gi) {
+    const int n = gi / 32, j = (gi % 32) / 8, g = gi % 8;
+    _mm512_store_si512(p.q[gi], _mm512_and_si512(_mm512_srli_epi32(qs[8 * n + g], 2 * j), m2));
+  }
+  __m512i s[4];
+  transpose_rows4(row, 0, s);
+  const __m512i m4 = _mm512_set1_epi32(15);
+  LLM_UNROLL for (int k = 0; k < 16; ++k)
+    _mm512_store_si512(p.sc[k], _mm512_and_si512(_mm512_srli_epi32(s[k / 4], 8 * (k % 4)), m4));
+  // Minimum pairs (2j, 2j + 1): the high nibbles of bytes 2j, 2j + 1.
+  const __m512i lo16 = _mm512_set1_epi32(0x000f), hi16 = _mm512_set1_epi32(0x000f0000);
+  LLM_UNROLL for (int j = 0; j < 8; ++j) {
+    const __m512i v = s[j / 2], b = (j % 2) ? _mm512_srli_epi32(v, 16) : v;  // bytes 2j, 2j + 1 low
+    _mm512_store_si512(p.mn[j], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b, 4), lo16),
+                                                _mm512_and_si512(_mm512_slli_epi32(b, 4), hi16)));
+  }
+  const __m512i dd = _mm512_i32gather_epi32(row_off, d_word, 1);  // d | dmin at byte 80
+  _mm512_store_ps(p.d, halves_ps(dd, false));
+  _mm512_store_ps(p.dm, halves_ps(dd, true));
+}
+
+// Q3_K: hmask[32] | qs[64] | scales[12] (16 x 6 bits, bias 32) | f16 d.
+// Values 128 n + 32 j + 4 g .. + 3: bits 2j, 2j + 1 of qs dword 8 n + g, plus
+// 4 where bit 4 n + j of hmask dword g is set.
+void panel_sb_q3k(const uint8_t* const row[16], KPanelSb& p) {
+  const __m512i m2 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
+  __m512i hm[16], qs[16];
+  transpose_rows(row, 0, hm);  // hmask dwords 0..7 (then qs 0..7)
+  transpose_rows(row, 32, qs);
+  LLM_UNROLL for (int gi = 0; gi < 64; ++gi) {
+    const int n = gi / 32, j = (gi % 32) / 8, g = gi % 8, bit = 4 * n + j;
+    const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(qs[8 * n + g], 2 * j), m2);
+    const __m512i hi = bit >= 2 ? _mm512_srli_epi32(hm[g], bit - 2) : _mm512_slli_epi32(hm[g], 2 - bit);
+    _mm512_store_si512(p.q[gi], or_and(lo, hi, b2));
+  }
+  // The 12 scale bytes at 96 and d at 108 as bytes 2.. of the dwords at 94
+  // (a 16-byte read at 96 would pass the block's 110 bytes).
+  __m512i t[4], s[3];
+  transpose_rows4(row, 94, t);
+  LLM_UNROLL for (int i = 0; i < 3; ++i)
+    s[i] = _mm512_or_si512(_mm512_srli_epi32(t[i], 16), _mm512_slli_epi32(t[i + 1], 16));
+  const __m512i m4 = _mm512_set1_epi32(15), m2d = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32);
+  __m512i sc[16];
+  LLM_UNROLL for (int k = 0; k < 16; ++k) {
+    const __m512i lo = k < 8 ? _mm512_srli_epi32(s[k / 4], 8 * (k % 4)) : _mm512_srli_epi32(s[(k - 8) / 4], 8 * (k % 4) + 4);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(s[2], 8 * (k % 4) + 2 * (k / 4)), m2d);
+    sc[k] = _mm512_sub_epi32(_mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi32(hi, 4)), bias);
+    _mm512_store_si512(p.sc[k], sc[k]);
+  }
+  const __m512i lo16 = _mm512_set1_epi32(0xffff);
+  LLM_UNROLL for (int j = 0; j < 8; ++j)  // minimum 4 * scale
+    _mm512_store_si512(p.mn[j], _mm512_or_si512(_mm512_and_si512(_mm512_slli_epi32(sc[2 * j], 2), lo16),
+                                                _mm512_slli_epi32(sc[2 * j + 1], 18)));
+  const __m512 d = halves_ps(t[3], true);
+  _mm512_store_ps(p.d, d);
+  _mm512_store_ps(p.dm, d);
+}
+
+// IQ4_XS: f16 d | u16 scales_h | scales_l[4] | qs[128]. qs dword m holds
+// values 32 (m / 4) + 4 (m % 4) .. + 3 in its low nibbles and the 16 after
+// them in its high ones, as indices into the table; the panel's codes are
+// table value + 128 and its minimums 128 * scale.
+void panel_sb_iq4xs(const uint8_t* const row[16], KPanelSb& p) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, char(129), char(141),
+                                                             char(153), char(166), char(181), char(197), char(217),
+                                                             char(241)));
+  __m512i t[16];
+  LLM_UNROLL for (int half = 0; half < 2; ++half) {
+    transpose_rows(row, 8 + 64 * size_t(half), t);
+    LLM_UNROLL for (int i = 0; i < 16; ++i) {
+      const int m = 16 * half + i, ib = m / 4, g = m % 4;
+      _mm512_store_si512(p.q[8 * ib + g], _mm512_shuffle_epi8(table, _mm512_and_si512(t[i], m4)));
+      _mm512_store_si512(p.q[8 * ib + 4 + g],
+                         _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi32(t[i], 4), m4)));
+    }
+  }
+  __m512i h[4];  // d | scales_h, scales_l
+  transpose_rows4(row, 0, h);
+  const __m512i m4d = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32),
+                lo16 = _mm512_set1_epi32(0xffff);
+  LLM_UNROLL for (int ib = 0; ib < 8; ++ib) {
+    const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(h[1], 4 * ib), m4d);  // nibble ib of scales_l
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(h[0], 16 + 2 * ib), m2);
+    const __m512i sc = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), bias);
+    _mm512_store_si512(p.sc[2 * ib], sc);
+    _mm512_store_si512(p.sc[2 * ib + 1], sc);
+    _mm512_store_si512(p.mn[ib], _mm512_or_si512(_mm512_and_si512(_mm512_slli_epi32(sc, 7), lo16),
+                                                 _mm512_slli_epi32(sc, 23)));
+  }
+  const __m512 d = halves_ps(h[0], false);
+  _mm512_store_ps(p.d, d);
+  _mm512_store_ps(p.dm, d);
+}
+
+// The panel of rows [0, nr) of w at wr (nr <= kPanel), straight from the
+// stored blocks. pf: the same bytes of later rows (the next panel) to
+// prefetch: with few x rows, building is where W streams in from DRAM.
+void build_panel(DType t, const uint8_t* wr, size_t rb, int nr, int64_t nsb, KPanelSb* out, const uint8_t* pf) {
+  const size_t bb = ggml_block_bytes(t);
+  const uint8_t* row[16];
+  alignas(64) int32_t off[16];
+  for (int r = 0; r < 16; ++r) off[r] = int32_t((r < nr ? r : 0) * rb);
+  const __m512i row_off = _mm512_load_si512(off);
   for (int64_t sb = 0; sb < nsb; ++sb) {
-    KPanelSb& p = out[sb];
-    const KUnpacked* u0 = u + sb;  // row r at u0 + r * nsb
-    LLM_UNROLL for (int chunk = 0; chunk < 4; ++chunk) {
-      __m512i a[16], o[16];
-      for (int r = 0; r < kPanel; ++r)
-        a[r] = r < nr ? _mm512_xor_si512(_mm512_load_si512(u0[r * nsb].q + 64 * chunk), flip) : zero;
-      transpose16(a, o);
-      LLM_UNROLL for (int g = 0; g < 16; ++g) _mm512_store_si512(p.q[16 * chunk + g], o[g]);
+    const size_t o = size_t(sb) * bb;
+    for (int r = 0; r < 16; ++r) row[r] = wr + size_t(off[r]) + o;
+    if (pf)
+      for (int r = 0; r < nr; ++r)
+        for (size_t l = 0; l < bb; l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(pf + size_t(r) * rb + o + l), _MM_HINT_T0);
+    switch (t) {
+      case DType::Q4_K: panel_sb_q45k<false>(row, out[sb]); break;
+      case DType::Q5_K: panel_sb_q45k<true>(row, out[sb]); break;
+      case DType::Q6_K: panel_sb_q6k(row, wr + o + 206, row_off, out[sb]); break;
+      case DType::Q2_K: panel_sb_q2k(row, wr + o + 80, row_off, out[sb]); break;
+      case DType::Q3_K: panel_sb_q3k(row, out[sb]); break;
+      default: panel_sb_iq4xs(row, out[sb]); break;  // IQ4_XS
     }
-    const uint8_t* base = reinterpret_cast<const uint8_t*>(u0);
-    __m512i sc[16];
-    LLM_UNROLL for (int k = 0; k < 16; ++k) {
-      // sv[8k] (and sv[8k + 1], shifted out): the scale of values 16k ...
-      const __m512i v = _mm512_mask_i32gather_epi32(zero, live, row_off, base + offsetof(KUnpacked, sv) + 16 * k, 1);
-      sc[k] = _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16);
-      _mm512_store_si512(p.sc[k], sc[k]);
-    }
-    LLM_UNROLL for (int j = 0; j < 8; ++j) {
-      __m512i m;
-      if (signed_codes)  // minimum 128 * scale
-        m = _mm512_or_si512(_mm512_and_si512(_mm512_slli_epi32(sc[2 * j], 7), _mm512_set1_epi32(0xffff)),
-                            _mm512_slli_epi32(sc[2 * j + 1], 23));
-      else  // mn[2j], mn[2j + 1]: one dword
-        m = _mm512_mask_i32gather_epi32(zero, live, row_off, base + offsetof(KUnpacked, mn) + 4 * j, 1);
-      _mm512_store_si512(p.mn[j], m);
-    }
-    _mm512_store_ps(p.d, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, row_off, base + offsetof(KUnpacked, d), 1));
-    _mm512_store_ps(p.dm,
-                    _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, row_off, base + offsetof(KUnpacked, dm), 1));
   }
 }
 
@@ -582,9 +807,11 @@ void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const fl
 // kRowTile W rows is read from the stored blocks by kDecCols x rows at a
 // time, all of them before the next tile (which the first column tile
 // prefetches). Beyond that, decoding every block once per column tile costs
-// more than unpacking the tile once (16 sessions: 45 against 49 tokens/s).
+// more than building the panel once (TinyLlama-shape Q4_K_M, 2 threads, Zen
+// 5: 8 sessions 180 t/s direct against 207-225 by panels; 4 sessions 150-176
+// direct against 118-130).
 constexpr int kDecCols = 4;
-constexpr int64_t kDirectBatch = 8;
+constexpr int64_t kDirectBatch = 4;
 
 template <DType T, int R, int C>
 void k_decode_tile(const uint8_t* wr, const WeightView& w, const GgmlX& x, int64_t c0, float* y, const uint8_t* pf) {
@@ -637,9 +864,7 @@ template <int SUB, bool MinD>
 void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   if (n <= kDirectBatch && k_decode_any(w, x, n, y, r0, r1)) return;
   const int64_t nsb = w.cols / 256;
-  thread_local std::vector<KUnpacked> buf;
   thread_local std::vector<KPanelSb> panels;
-  if (buf.size() < size_t(kPanel * nsb)) buf.resize(size_t(kPanel * nsb));
   if (panels.size() < size_t(kPanelGroup * nsb)) panels.resize(size_t(kPanelGroup * nsb));
   for (int64_t r = r0; r < r1; r += kPanelGroup * kPanel) {
     int nr[kPanelGroup];
@@ -647,9 +872,7 @@ void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t 
     for (int64_t rp = r; rp < r1 && np < kPanelGroup; rp += kPanel, ++np) {
       nr[np] = int(std::min<int64_t>(kPanel, r1 - rp));
       const uint8_t* wr = w.data + size_t(rp) * w.row_bytes;
-      const uint8_t* pf = n <= kSmallBatch ? wr + decode_ahead(w) : nullptr;
-      unpack_k_rows_avx2(w.dtype, wr, w.row_bytes, nr[np], 0, nsb, buf.data(), nsb, pf);
-      build_panel(w.dtype, buf.data(), nr[np], nsb, panels.data() + np * nsb);
+      build_panel(w.dtype, wr, w.row_bytes, nr[np], nsb, panels.data() + np * nsb, wr + kPanel * w.row_bytes);
     }
     k_panel_rows<SUB, MinD>(panels.data(), np, nr, nsb, x, n, y + r, w.rows);
   }
