@@ -404,13 +404,29 @@ inline __m512i bcast32(const void* p) {
 //   MinD:   acc = fma(float(S - M), d * d_x, acc);
 //   others: acc = fma(float(S), d * d_x, acc); acc = fma(float(M), dm * -d_x, acc).
 // This is the family's order for every K-quant (k_gemv gives the same bits).
+// The stored bytes of the next panel group, prefetched (into L2) a few lines
+// per super-block step of the tiles that run over this group, so that the
+// DRAM stream overlaps the dots: with 16 x rows the builds had been waiting
+// on memory at its full bandwidth while the tiles left it idle (Q4_K_M, 16
+// sessions, 2 threads: 319-327 -> 336-364 t/s).
+struct PrefetchStream {
+  const uint8_t* p = nullptr;
+  const uint8_t* end = nullptr;
+  int64_t lines = 0;  // per call of step()
+  void step() {
+    for (int64_t i = 0; i < lines && p < end; ++i, p += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+  }
+};
+
 template <int SUB, bool MinD, int C>
 void k_panel_tile(const KPanelSb* P, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
-                  int64_t xcols, float* y, int64_t ys, __mmask16 rows) {
+                  int64_t xcols, float* y, int64_t ys, __mmask16 rows, PrefetchStream& pf) {
   constexpr int kGroups = SUB / 4;  // 4-value groups per sub-block
   __m512 acc[C];
   LLM_UNROLL for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
+    pf.step();
     const KPanelSb& p = P[sb];
     const int8_t* xs = xq + sb * 256;
     __m512i S[C], D[C];
@@ -461,13 +477,13 @@ constexpr int kPanelGroup = 4;
 // them), against every x row; y is the first panel's first row.
 template <int SUB, bool MinD>
 void k_panel_rows(const KPanelSb* P, int np, const int* nr, int64_t nsb, const GgmlX& x, int64_t n, float* y,
-                  int64_t ys) {
+                  int64_t ys, PrefetchStream& pf) {
   const int64_t cols = x.cols;
   auto tile = [&](auto cols_tag, int64_t c0) {
     constexpr int C = decltype(cols_tag)::value;
     for (int g = 0; g < np; ++g)
       k_panel_tile<SUB, MinD, C>(P + g * nsb, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols,
-                                 y + g * kPanel + c0 * ys, ys, __mmask16((1u << nr[g]) - 1));
+                                 y + g * kPanel + c0 * ys, ys, __mmask16((1u << nr[g]) - 1), pf);
   };
   int64_t c0 = 0;
   for (; c0 + kPanelCols <= n; c0 += kPanelCols) tile(std::integral_constant<int, kPanelCols>{}, c0);
@@ -872,9 +888,20 @@ void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t 
     for (int64_t rp = r; rp < r1 && np < kPanelGroup; rp += kPanel, ++np) {
       nr[np] = int(std::min<int64_t>(kPanel, r1 - rp));
       const uint8_t* wr = w.data + size_t(rp) * w.row_bytes;
-      build_panel(w.dtype, wr, w.row_bytes, nr[np], nsb, panels.data() + np * nsb, wr + kPanel * w.row_bytes);
+      build_panel(w.dtype, wr, w.row_bytes, nr[np], nsb, panels.data() + np * nsb,
+                  r == r0 ? wr + kPanel * w.row_bytes : nullptr);  // later groups: by the tiles
     }
-    k_panel_rows<SUB, MinD>(panels.data(), np, nr, nsb, x, n, y + r, w.rows);
+    // The next group's rows, spread over the tile steps to come (np panels,
+    // ceil(n / kPanelCols) or so column tiles, nsb steps each).
+    PrefetchStream pf;
+    const int64_t next = r + kPanelGroup * kPanel, next_end = std::min<int64_t>(r1, next + kPanelGroup * kPanel);
+    if (next < next_end) {
+      pf.p = w.data + size_t(next) * w.row_bytes;
+      pf.end = w.data + size_t(next_end) * w.row_bytes;
+      const int64_t steps = np * ((n + kPanelCols - 1) / kPanelCols) * nsb;
+      pf.lines = (int64_t(pf.end - pf.p) / 64 + steps) / steps;
+    }
+    k_panel_rows<SUB, MinD>(panels.data(), np, nr, nsb, x, n, y + r, w.rows, pf);
   }
 }
 
