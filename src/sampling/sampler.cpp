@@ -42,52 +42,67 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab, const llm_sampling
   }
 
   // Tokens at -inf (masked by a grammar) have probability 0 exactly: leaving
-  // them out changes no draw and spares sorting them.
+  // them out changes no draw. Candidates stay in id order unless top-k or
+  // top-p needs them sorted (by logit, then id): a full sort of a 32k or
+  // 256k vocabulary cost 2 ms a token, more than a small model's forward
+  // pass, and a draw needs no order; top-p sorts only the prefix it keeps.
   cands_.clear();
   cands_.reserve(size_t(n_vocab));
   for (int32_t i = 0; i < n_vocab; ++i)
-    if (l[i] != -INFINITY) cands_.push_back({l[i], i});
-  if (cands_.empty()) cands_.push_back({l[0], 0});
+    if (l[i] != -INFINITY) cands_.push_back({l[i], i, 0.f});
+  if (cands_.empty()) cands_.push_back({l[0], 0, 0.f});
   auto by_logit = [](const Cand& a, const Cand& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
   size_t n = cands_.size();
+  bool sorted = false;
   if (s.top_k > 0 && size_t(s.top_k) < n) {
     std::partial_sort(cands_.begin(), cands_.begin() + s.top_k, cands_.end(), by_logit);
     n = size_t(s.top_k);
-  } else {
-    std::sort(cands_.begin(), cands_.end(), by_logit);
+    sorted = true;
   }
-  // Softmax with temperature over the survivors (sorted descending).
+  // Softmax with temperature over the survivors.
   const float inv_t = 1.0f / s.temperature;
-  const float mx = cands_[0].logit;
-  std::vector<float>& p = work_;
-  p.resize(n);
+  float mx = cands_[0].logit;
+  for (size_t i = 1; i < n; ++i) mx = cands_[i].logit > mx ? cands_[i].logit : mx;
   double sum = 0;
   for (size_t i = 0; i < n; ++i) {
-    p[i] = std::exp((cands_[i].logit - mx) * inv_t);
-    sum += p[i];
+    cands_[i].p = std::exp((cands_[i].logit - mx) * inv_t);
+    sum += cands_[i].p;
   }
-  for (size_t i = 0; i < n; ++i) p[i] = float(p[i] / sum);
-  if (s.min_p > 0.f) {  // keep tokens with p >= min_p * p_max
-    const float cut = s.min_p * p[0];
-    size_t keep = 1;
-    while (keep < n && p[keep] >= cut) ++keep;
+  for (size_t i = 0; i < n; ++i) cands_[i].p = float(cands_[i].p / sum);
+  if (s.min_p > 0.f) {  // keep tokens with p >= min_p * p_max (a most likely token has exp(0) = 1)
+    const float cut = s.min_p * float(1.0 / sum);
+    size_t keep = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (cands_[i].p >= cut) cands_[keep++] = cands_[i];  // order kept
     n = keep;
   }
-  if (s.top_p > 0.f && s.top_p < 1.f) {  // smallest prefix with mass >= top_p
+  if (s.top_p > 0.f && s.top_p < 1.f) {  // smallest prefix, most likely first, with mass >= top_p
     double mass = 0;
-    size_t keep = 0;
-    while (keep < n) {
-      mass += p[keep++];
-      if (mass >= s.top_p) break;
+    size_t done = 0, chunk = 64, keep = n;
+    while (keep == n && done < n) {
+      const size_t end = std::min(n, done + chunk);
+      if (!sorted) {
+        if (end < n) std::nth_element(cands_.begin() + long(done), cands_.begin() + long(end), cands_.begin() + long(n), by_logit);
+        std::sort(cands_.begin() + long(done), cands_.begin() + long(end), by_logit);
+      }
+      for (size_t i = done; i < end; ++i) {
+        mass += cands_[i].p;
+        if (mass >= s.top_p) {
+          keep = i + 1;
+          break;
+        }
+      }
+      done = end;
+      chunk *= 2;
     }
     n = keep;
   }
   double total = 0;
-  for (size_t i = 0; i < n; ++i) total += p[i];
+  for (size_t i = 0; i < n; ++i) total += cands_[i].p;
   const double r = double(rng.next_float()) * total;
   double acc = 0;
   for (size_t i = 0; i < n; ++i) {
-    acc += p[i];
+    acc += cands_[i].p;
     if (r < acc) return cands_[i].id;
   }
   return cands_[n - 1].id;

@@ -1,5 +1,5 @@
 // Token sampling: repetition penalty, then greedy argmax or
-// temperature -> top-k -> top-p -> min-p -> draw from a seeded RNG.
+// temperature -> top-k -> min-p -> top-p -> draw from a seeded RNG.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +51,7 @@ class Sampler {
   struct Cand {
     float logit;
     int32_t id;
+    float p;  // probability once computed
   };
   std::vector<float> work_;
   std::vector<Cand> cands_;

@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <map>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -72,6 +74,44 @@ TEST(Sampling, TopPCutsTheTail) {
   EXPECT_GT(counts[0], counts[1]);
   // 0.4 / 0.7 = 0.571 of the draws
   EXPECT_NEAR(counts[0] / 4000.0, 0.4 / 0.7, 0.04);
+}
+
+// A vocabulary in shuffled order, logit of the token of rank i = -i / 100:
+// the draws follow the softmax without sorting it (no top-k, no top-p), and
+// top-p keeps exactly the smallest most-likely prefix with the mass asked for
+// (92 tokens here, past the first partial sort of 64).
+TEST(Sampling, LargeShuffledVocabularyDrawsTheSoftmaxAndTopPItsExactPrefix) {
+  const int n = 1000;
+  std::vector<int32_t> id_of_rank(n);
+  for (int i = 0; i < n; ++i) id_of_rank[size_t(i)] = i;
+  std::mt19937 g(11);
+  std::shuffle(id_of_rank.begin(), id_of_rank.end(), g);
+  std::vector<float> l(size_t(n), 0.f);
+  for (int i = 0; i < n; ++i) l[size_t(id_of_rank[size_t(i)])] = -float(i) / 100.0f;
+  std::vector<double> q(static_cast<size_t>(n));
+  double z = 0;
+  for (int i = 0; i < n; ++i) z += q[size_t(i)] = std::exp(-double(i) / 100.0);
+  for (double& v : q) v /= z;
+
+  llm::Sampler s;
+  llm::Rng rng(13);
+  llm_sampling p = params();
+  p.temperature = 1.0f;
+  const int draws = 40000;
+  std::vector<int> count(size_t(n), 0);
+  for (int k = 0; k < draws; ++k) count[size_t(s.sample(l.data(), n, p, nullptr, 0, rng))]++;
+  for (int rank : {0, 50, 200}) {  // binomial, 5 standard deviations
+    const double e = draws * q[size_t(rank)], sd = std::sqrt(e * (1 - q[size_t(rank)]));
+    EXPECT_NEAR(count[size_t(id_of_rank[size_t(rank)])], e, 5 * sd) << "rank " << rank;
+  }
+
+  p.top_p = 0.6f;
+  size_t keep = 0;
+  for (double mass = 0; mass < 0.6;) mass += q[keep++];
+  ASSERT_EQ(keep, 92u);
+  std::set<int32_t> want(id_of_rank.begin(), id_of_rank.begin() + long(keep)), seen;
+  for (int k = 0; k < draws; ++k) seen.insert(s.sample(l.data(), n, p, nullptr, 0, rng));
+  EXPECT_EQ(seen, want);
 }
 
 TEST(Sampling, MinPDropsUnlikely) {
