@@ -6,7 +6,8 @@
 #
 # usage: tests/server/compare_servers.sh LLAMA_SERVER MODEL.gguf
 # Environment: LLM_BUILD [build], THREADS [2], SLOTS [16], ROUNDS [2],
-#              REQUESTS [2] (per client per level), OUT [./servers-out]
+#              REQUESTS [2] (per client per level), OUT [./servers-out],
+#              LLM_SERVER_ARGS [] (more llm-server options, split on spaces)
 set -euo pipefail
 if [[ $# -ne 2 ]]; then sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; fi
 LLAMA_SERVER=$1 MODEL=$2
@@ -33,7 +34,7 @@ wait_up() {  # url
 }
 ours() {
   "$LLM_BUILD/bin/llm-server" -m "$MODEL" --port $port --threads "$THREADS" --parallel "$SLOTS" \
-    --chat-template-file "$TEMPLATE" 2>"$OUT/ours-$1.log" &
+    --chat-template-file "$TEMPLATE" ${LLM_SERVER_ARGS:-} 2>"$OUT/ours-$1.log" &
   local pid=$!
   wait_up "http://127.0.0.1:$port"
   python3 "$HERE/load_test.py" --url "http://127.0.0.1:$port" --requests "$REQUESTS" --json "$OUT/ours-$1.json" \

@@ -371,9 +371,11 @@ struct KRegs45 {
     const __m256i v = load256(qs + 32 * (k / 2)), m4 = _mm256_set1_epi8(0x0f);
     __m256i c = k % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
     if constexpr (Five) {
-      const __m256i bit = _mm256_set1_epi8(char(1 << k));
-      c = _mm256_or_si256(c, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit),
-                                              _mm256_set1_epi8(16)));
+      // Bit k of each qh byte to bit 4 by one 16-bit shift: what crosses
+      // from the other byte of the lane lands in bits 0..3 or 5..7, which
+      // the mask clears.
+      const __m256i h = k <= 4 ? _mm256_slli_epi16(hb, 4 - k) : _mm256_srli_epi16(hb, k - 4);
+      c = _mm256_or_si256(c, _mm256_and_si256(h, _mm256_set1_epi8(16)));
     }
     return c;
   }
