@@ -58,7 +58,8 @@ inline size_t decode_ahead(const WeightView& w) {
   return std::max<size_t>(1, (kDecodeAhead + span - 1) / span) * span;
 }
 // Up to this many x rows a matmul is batched decode (llm_decode_batch), which
-// still streams W from DRAM: its unpacking prefetches as decode does.
+// still streams W from DRAM: the Q5_0 / IQ4_NL tile decoding prefetches as
+// decode does (the K-quant panels prefetch the next group at any n).
 constexpr int64_t kSmallBatch = 16;
 
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
