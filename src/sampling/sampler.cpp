@@ -61,8 +61,10 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab, const llm_sampling
   }
   // Softmax with temperature over the survivors.
   const float inv_t = 1.0f / s.temperature;
-  float mx = cands_[0].logit;
-  for (size_t i = 1; i < n; ++i) mx = cands_[i].logit > mx ? cands_[i].logit : mx;
+  size_t top = 0;  // the most likely candidate, first in the current order (lowest id on ties)
+  for (size_t i = 1; i < n; ++i)
+    if (cands_[i].logit > cands_[top].logit) top = i;
+  const float mx = cands_[top].logit;
   double sum = 0;
   for (size_t i = 0; i < n; ++i) {
     cands_[i].p = std::exp((cands_[i].logit - mx) * inv_t);
@@ -74,6 +76,7 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab, const llm_sampling
     size_t keep = 0;
     for (size_t i = 0; i < n; ++i)
       if (cands_[i].p >= cut) cands_[keep++] = cands_[i];  // order kept
+    if (keep == 0) cands_[keep++] = cands_[top];  // min_p > 1: nothing was moved; the most likely stays
     n = keep;
   }
   if (s.top_p > 0.f && s.top_p < 1.f) {  // smallest prefix, most likely first, with mass >= top_p

@@ -126,6 +126,20 @@ TEST(Sampling, MinPDropsUnlikely) {
   EXPECT_EQ(seen, (std::set<int32_t>{0, 1}));
 }
 
+// The C API does not bound min_p: above 1 no token reaches the cut, and the
+// most likely one (lowest id on ties) is what is left, never an empty set.
+TEST(Sampling, MinPAboveOneKeepsTheMostLikely) {
+  llm::Sampler s;
+  llm::Rng rng(6);
+  llm_sampling p = params();
+  p.temperature = 1.0f;
+  p.min_p = 2.0f;
+  std::vector<float> l = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f};
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(s.sample(l.data(), 5, p, nullptr, 0, rng), 1);
+  p.top_k = 2;  // ranked candidates take the same rule
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(s.sample(l.data(), 5, p, nullptr, 0, rng), 1);
+}
+
 TEST(Sampling, RepeatPenaltyChangesGreedyChoice) {
   llm::Sampler s;
   llm::Rng rng(1);
