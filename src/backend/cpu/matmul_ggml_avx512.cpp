@@ -169,6 +169,13 @@ inline __m512 halves_ps(__m512i v, bool high) {
   return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(high ? _mm512_srli_epi32(v, 16) : v));
 }
 
+// The vpdpwssd operand of a minimum pair: (a << shift) as the low int16 of
+// each lane, (b << shift) as the high one (a, b: int32 lanes that fit).
+inline __m512i min_pair(__m512i a, __m512i b, int shift) {
+  return _mm512_or_si512(_mm512_and_si512(_mm512_slli_epi32(a, shift), _mm512_set1_epi32(0xffff)),
+                         _mm512_slli_epi32(b, 16 + shift));
+}
+
 // a | (b & c), one instruction.
 inline __m512i or_and(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0xf8); }
 
@@ -223,7 +230,7 @@ void panel_sb_q45k(const uint8_t* const row[16], KPanelSb& p) {
     }
     _mm512_store_si512(p.sc[2 * j], sc);
     _mm512_store_si512(p.sc[2 * j + 1], sc);
-    _mm512_store_si512(p.mn[j], _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16)));
+    _mm512_store_si512(p.mn[j], min_pair(mn, mn, 0));
   }
   _mm512_store_ps(p.d, halves_ps(h[0], false));
   _mm512_store_ps(p.dm, halves_ps(h[0], true));
@@ -253,9 +260,7 @@ void panel_sb_q6k(const uint8_t* const row[16], const uint8_t* d_word, const __m
     sc[k] = _mm512_srai_epi32(_mm512_slli_epi32(s[k / 4], 24 - 8 * (k % 4)), 24);
     _mm512_store_si512(p.sc[k], sc[k]);
   }
-  LLM_UNROLL for (int j = 0; j < 8; ++j)
-    _mm512_store_si512(p.mn[j], _mm512_or_si512(_mm512_and_si512(_mm512_slli_epi32(sc[2 * j], 5), _mm512_set1_epi32(0xffff)),
-                                                _mm512_slli_epi32(sc[2 * j + 1], 21)));
+  LLM_UNROLL for (int j = 0; j < 8; ++j) _mm512_store_si512(p.mn[j], min_pair(sc[2 * j], sc[2 * j + 1], 5));  // 32 * scale
   // d at bytes 208..209: the high half of the dword at 206 (in the block).
   const __m512 d = halves_ps(_mm512_i32gather_epi32(row_off, d_word, 1), true);
   _mm512_store_ps(p.d, d);
@@ -318,10 +323,7 @@ void panel_sb_q3k(const uint8_t* const row[16], KPanelSb& p) {
     sc[k] = _mm512_sub_epi32(_mm512_or_si512(_mm512_and_si512(lo, m4), _mm512_slli_epi32(hi, 4)), bias);
     _mm512_store_si512(p.sc[k], sc[k]);
   }
-  const __m512i lo16 = _mm512_set1_epi32(0xffff);
-  LLM_UNROLL for (int j = 0; j < 8; ++j)  // minimum 4 * scale
-    _mm512_store_si512(p.mn[j], _mm512_or_si512(_mm512_and_si512(_mm512_slli_epi32(sc[2 * j], 2), lo16),
-                                                _mm512_slli_epi32(sc[2 * j + 1], 18)));
+  LLM_UNROLL for (int j = 0; j < 8; ++j) _mm512_store_si512(p.mn[j], min_pair(sc[2 * j], sc[2 * j + 1], 2));  // 4 * scale
   const __m512 d = halves_ps(t[3], true);
   _mm512_store_ps(p.d, d);
   _mm512_store_ps(p.dm, d);
@@ -348,16 +350,14 @@ void panel_sb_iq4xs(const uint8_t* const row[16], KPanelSb& p) {
   }
   __m512i h[4];  // d | scales_h, scales_l
   transpose_rows4(row, 0, h);
-  const __m512i m4d = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32),
-                lo16 = _mm512_set1_epi32(0xffff);
+  const __m512i m4d = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32);
   LLM_UNROLL for (int ib = 0; ib < 8; ++ib) {
     const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(h[1], 4 * ib), m4d);  // nibble ib of scales_l
     const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(h[0], 16 + 2 * ib), m2);
     const __m512i sc = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), bias);
     _mm512_store_si512(p.sc[2 * ib], sc);
     _mm512_store_si512(p.sc[2 * ib + 1], sc);
-    _mm512_store_si512(p.mn[ib], _mm512_or_si512(_mm512_and_si512(_mm512_slli_epi32(sc, 7), lo16),
-                                                 _mm512_slli_epi32(sc, 23)));
+    _mm512_store_si512(p.mn[ib], min_pair(sc, sc, 7));  // 128 * scale
   }
   const __m512 d = halves_ps(h[0], false);
   _mm512_store_ps(p.d, d);
@@ -366,7 +366,8 @@ void panel_sb_iq4xs(const uint8_t* const row[16], KPanelSb& p) {
 
 // The panel of rows [0, nr) of w at wr (nr <= kPanel), straight from the
 // stored blocks. pf: the same bytes of later rows (the next panel) to
-// prefetch: with few x rows, building is where W streams in from DRAM.
+// prefetch, or null (k_matmul passes it for a range's first group only; the
+// tiles prefetch the groups after it).
 void build_panel(DType t, const uint8_t* wr, size_t rb, int nr, int64_t nsb, KPanelSb* out, const uint8_t* pf) {
   const size_t bb = ggml_block_bytes(t);
   const uint8_t* row[16];
@@ -397,14 +398,6 @@ inline __m512i bcast32(const void* p) {
   return _mm512_set1_epi32(v);
 }
 
-// The panel's rows (lanes) against C x rows, x row c at xq + c * xcols (its
-// scales and bsums likewise). Per super-block and (W row, x row):
-//   S = sum over sub-blocks k (SUB values) of sc_k * dot_k (vpdpbusd, then
-//       vpmulld), M = sum over 16-value groups j of mn_j * bsums_j
-//       (vpdpwssd), both exact int32;
-//   MinD:   acc = fma(float(S - M), d * d_x, acc);
-//   others: acc = fma(float(S), d * d_x, acc); acc = fma(float(M), dm * -d_x, acc).
-// This is the family's order for every K-quant (k_gemv gives the same bits).
 // The stored bytes of the next panel group, prefetched (into L2) a few lines
 // per super-block step of the tiles that run over this group, so that the
 // DRAM stream overlaps the dots: with 16 x rows the builds had been waiting
@@ -420,6 +413,14 @@ struct PrefetchStream {
   }
 };
 
+// The panel's rows (lanes) against C x rows, x row c at xq + c * xcols (its
+// scales and bsums likewise). Per super-block and (W row, x row):
+//   S = sum over sub-blocks k (SUB values) of sc_k * dot_k (vpdpbusd, then
+//       vpmulld), M = sum over 16-value groups j of mn_j * bsums_j
+//       (vpdpwssd), both exact int32;
+//   MinD:   acc = fma(float(S - M), d * d_x, acc);
+//   others: acc = fma(float(S), d * d_x, acc); acc = fma(float(M), dm * -d_x, acc).
+// This is the family's order for every K-quant (k_gemv gives the same bits).
 template <int SUB, bool MinD, int C>
 void k_panel_tile(const KPanelSb* P, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
                   int64_t xcols, float* y, int64_t ys, __mmask16 rows, PrefetchStream& pf) {
