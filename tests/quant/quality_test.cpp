@@ -198,8 +198,6 @@ llm::LlmConvertOptions plan_q8_embeddings(DType dtype) {
   return co;
 }
 
-// Calibration data that is not the evaluation data: 16 stories sampled at
-// temperature 1 from the f32 model itself (the references are greedy).
 // One draw at temperature 1 by the inverse CDF over the vocabulary ranked by
 // logit (then id): the calibration text's own generator, so that it does not
 // move with the library sampler's internals. The bars below hold with the
@@ -223,6 +221,8 @@ int32_t ranked_draw(const float* l, int32_t n, llm::Rng& rng) {
   return ids.back();
 }
 
+// Calibration data that is not the evaluation data: 16 stories sampled at
+// temperature 1 from the f32 model itself (the references are greedy).
 std::vector<int32_t> sampled_calibration() {
   std::vector<int32_t> ids;
   llm::SessionOptions so;
