@@ -348,13 +348,25 @@ void gguf_args(benchmark::internal::Benchmark* b) {
   for (int64_t code : {8, 9, 3}) b->Args({code, 640, 2048, Threads});
 }
 
+// Batched decode of 16 sessions: 16 x rows against weights that come from
+// DRAM (rotated copies), where the K-quant panels are built once per call
+// for only 16 rows.
+template <int64_t Threads>
+void batch_args(benchmark::internal::Benchmark* b) {
+  for (int64_t code : {8, 9, 10, 16})
+    for (const auto& s : {kShapes[1], kShapes[2]}) b->Args({code, s[0], s[1], Threads});
+}
+
 void BM_GemvGguf(benchmark::State& state) { run_matmul(state, 1, kRotateBytes); }
 void BM_GemmGguf(benchmark::State& state) { run_matmul(state, 128, 0); }
+void BM_Batch16Gguf(benchmark::State& state) { run_matmul(state, 16, kRotateBytes); }
 
 BENCHMARK(BM_GemvGguf)->Apply(gguf_args<1>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemvGguf)->Apply(gguf_args<2>)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GemmGguf)->Apply(gguf_args<1>)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GemmGguf)->Apply(gguf_args<2>)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Batch16Gguf)->Apply(batch_args<1>)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Batch16Gguf)->Apply(batch_args<2>)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_Gemv)->Apply(gemv_args<1>)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Gemv)->Apply(gemv_args<2>)->UseRealTime()->Unit(benchmark::kMicrosecond);

@@ -97,37 +97,12 @@ struct alignas(64) KPanelSb {
   float d[kPanel], dm[kPanel];
 };
 
-// Transposes 16 rows of 16 dwords: out[j] holds dword j of a[0..15].
-inline void transpose16(const __m512i a[16], __m512i out[16]) {
-  __m512i t[16], u[16];
-  LLM_UNROLL for (int k = 0; k < 8; ++k) {
-    t[2 * k] = _mm512_unpacklo_epi32(a[2 * k], a[2 * k + 1]);
-    t[2 * k + 1] = _mm512_unpackhi_epi32(a[2 * k], a[2 * k + 1]);
-  }
-  // u[4k + e], 128-bit lane L: dword 4L + e of rows 4k .. 4k + 3.
-  LLM_UNROLL for (int k = 0; k < 4; ++k) {
-    u[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-    u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-    u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-    u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-  }
-  LLM_UNROLL for (int e = 0; e < 4; ++e) {
-    const __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88), v1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xdd);
-    const __m512i w0 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88),
-                  w1 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xdd);
-    out[e] = _mm512_shuffle_i32x4(v0, w0, 0x88);
-    out[8 + e] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
-    out[4 + e] = _mm512_shuffle_i32x4(v1, w1, 0x88);
-    out[12 + e] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
-  }
-}
-
 // --- Panels straight from the stored blocks ----------------------------------
 //
 // Every K-quant keeps its codes 4 values to a dword of the stored bytes, in
 // the order the panel wants (a nibble, or a 2-bit plane, per value), so a
-// 16 x 16 dword transpose of the stored bytes of 16 rows, then a mask or a
-// shift per plane (plus the high bits, or IQ4_XS's table), gives the panel's
+// dword transpose of the stored bytes of 16 rows, 16 bytes of each at a
+// time, then a mask or a shift per plane (plus the high bits, or IQ4_XS's table), gives the panel's
 // code vectors; the scales are decoded with the rows already in lanes. (The
 // panels were first built from KUnpacked rows, by the AVX2 unpackers and
 // gathers: with 16 x rows, batched decode, that cost more than the dots.)
@@ -136,32 +111,24 @@ inline void transpose16(const __m512i a[16], __m512i out[16]) {
 // matrix): the tile stores only the live lanes and no operation mixes lanes,
 // so their contents never matter.
 
-// Dword j (0..15) of the 64 bytes at row[r] + off, for the 16 rows, in out[j]
-// (lane r).
-inline void transpose_rows(const uint8_t* const row[16], size_t off, __m512i out[16]) {
-  __m512i a[16];
-  LLM_UNROLL for (int r = 0; r < 16; ++r) a[r] = load512(row[r] + off);
-  transpose16(a, out);
-}
-
-// Dwords 0..3 of the 16 bytes at row[r] + off, for the 16 rows.
+// Dwords 0..3 of the 16 bytes at row[r] + off, for the 16 rows: out[e]
+// lane r holds dword e of row r. The loads put row 4L + q in 128-bit lane L
+// of v[q], so one 4 x 4 dword transpose within the 128-bit lanes leaves the
+// rows in order (a 16 x 16 transpose of whole 64-byte rows took twice the
+// shuffles, and its 32 live registers spilled).
 inline void transpose_rows4(const uint8_t* const row[16], size_t off, __m512i out[4]) {
-  __m512i h[4];
+  __m512i v[4];
   LLM_UNROLL for (int q = 0; q < 4; ++q) {
-    // 128-bit lane L: row 4q + L.
-    h[q] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[4 * q] + off)));
-    h[q] = _mm512_inserti32x4(h[q], _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[4 * q + 1] + off)), 1);
-    h[q] = _mm512_inserti32x4(h[q], _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[4 * q + 2] + off)), 2);
-    h[q] = _mm512_inserti32x4(h[q], _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[4 * q + 3] + off)), 3);
+    v[q] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[q] + off)));
+    LLM_UNROLL for (int l = 1; l < 4; ++l)
+      v[q] = _mm512_inserti32x4(v[q], _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[4 * l + q] + off)), l);
   }
-  const __m512i t0 = _mm512_unpacklo_epi32(h[0], h[1]), t1 = _mm512_unpackhi_epi32(h[0], h[1]);
-  const __m512i t2 = _mm512_unpacklo_epi32(h[2], h[3]), t3 = _mm512_unpackhi_epi32(h[2], h[3]);
-  // Now dword 4L + q of each holds row 4q + L: back to row order.
-  const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-  out[0] = _mm512_permutexvar_epi32(idx, _mm512_unpacklo_epi64(t0, t2));
-  out[1] = _mm512_permutexvar_epi32(idx, _mm512_unpackhi_epi64(t0, t2));
-  out[2] = _mm512_permutexvar_epi32(idx, _mm512_unpacklo_epi64(t1, t3));
-  out[3] = _mm512_permutexvar_epi32(idx, _mm512_unpackhi_epi64(t1, t3));
+  const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+  out[0] = _mm512_unpacklo_epi64(t0, t2);
+  out[1] = _mm512_unpackhi_epi64(t0, t2);
+  out[2] = _mm512_unpacklo_epi64(t1, t3);
+  out[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
 // The 16 halves in the low (high = false) or high 16 bits of each lane, as floats.
@@ -186,7 +153,7 @@ inline __m512i or_and(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylo
 template <bool Five>
 void panel_sb_q45k(const uint8_t* const row[16], KPanelSb& p) {
   const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
-  __m512i t[16], qh[8];
+  __m512i qh[8];
   auto codes = [&](int m, __m512i v) {
     const int c = m / 8, g = m % 8;
     __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
@@ -199,19 +166,16 @@ void panel_sb_q45k(const uint8_t* const row[16], KPanelSb& p) {
     _mm512_store_si512(p.q[16 * c + g], lo);
     _mm512_store_si512(p.q[16 * c + 8 + g], hi);
   };
+  // qs 4 dwords at a time (Q5_K: after qh's 8), the fewest registers live.
+  const size_t qs_off = Five ? 48 : 16;
   if constexpr (Five) {
-    transpose_rows(row, 16, t);  // qh dwords 0..7, qs dwords 0..7
-    LLM_UNROLL for (int g = 0; g < 8; ++g) qh[g] = t[g];
-    LLM_UNROLL for (int m = 0; m < 8; ++m) codes(m, t[8 + m]);
-    transpose_rows(row, 80, t);  // qs dwords 8..23
-    LLM_UNROLL for (int m = 0; m < 16; ++m) codes(8 + m, t[m]);
-    transpose_rows(row, 112, t);  // qs dwords 16..31
-    LLM_UNROLL for (int m = 8; m < 16; ++m) codes(16 + m, t[m]);
-  } else {
-    transpose_rows(row, 16, t);
-    LLM_UNROLL for (int m = 0; m < 16; ++m) codes(m, t[m]);
-    transpose_rows(row, 80, t);
-    LLM_UNROLL for (int m = 0; m < 16; ++m) codes(16 + m, t[m]);
+    transpose_rows4(row, 16, qh);
+    transpose_rows4(row, 32, qh + 4);
+  }
+  LLM_UNROLL for (int c = 0; c < 8; ++c) {
+    __m512i t[4];
+    transpose_rows4(row, qs_off + 16 * size_t(c), t);
+    LLM_UNROLL for (int e = 0; e < 4; ++e) codes(4 * c + e, t[e]);
   }
   __m512i h[4];  // d | dmin, scales bytes 0..3, 4..7, 8..11
   transpose_rows4(row, 0, h);
@@ -241,17 +205,25 @@ void panel_sb_q45k(const uint8_t* const row[16], KPanelSb& p) {
 // 16 n + 8 (q & 1) + g, plus bits 2q, 2q + 1 of qh dword 8 n + g as bits 4, 5.
 void panel_sb_q6k(const uint8_t* const row[16], const uint8_t* d_word, const __m512i& row_off, KPanelSb& p) {
   const __m512i m4 = _mm512_set1_epi8(0x0f), b45 = _mm512_set1_epi8(0x30);
-  __m512i ql[32], qh[16];
-  transpose_rows(row, 0, ql);
-  transpose_rows(row, 64, ql + 16);
-  transpose_rows(row, 128, qh);
-  LLM_UNROLL for (int gi = 0; gi < 64; ++gi) {
-    const int n = gi / 32, q = (gi % 32) / 8, g = gi % 8;
-    const __m512i l = ql[16 * n + 8 * (q & 1) + g];
-    const __m512i nib = q < 2 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi32(l, 4), m4);
-    const __m512i hv = qh[8 * n + g];
-    const __m512i hs = q < 2 ? _mm512_slli_epi32(hv, 4 - 2 * q) : (q == 2 ? hv : _mm512_srli_epi32(hv, 2));
-    _mm512_store_si512(p.q[gi], or_and(nib, hs, b45));
+  // Per half n and 4-dword chunk gc of g: ql dwords 16 n + 4 gc .. (low
+  // nibbles: quarter 0, high: 2), 16 n + 8 + 4 gc .. (quarters 1, 3) and qh
+  // dwords 8 n + 4 gc ..: 12 registers live, none spilled.
+  LLM_UNROLL for (int n = 0; n < 2; ++n) {
+    LLM_UNROLL for (int gc = 0; gc < 2; ++gc) {
+      __m512i ql[2][4], qh[4];
+      transpose_rows4(row, size_t(64 * n + 16 * gc), ql[0]);
+      transpose_rows4(row, size_t(64 * n + 32 + 16 * gc), ql[1]);
+      transpose_rows4(row, size_t(128 + 32 * n + 16 * gc), qh);
+      LLM_UNROLL for (int q = 0; q < 4; ++q) {
+        LLM_UNROLL for (int e = 0; e < 4; ++e) {
+          const __m512i l = ql[q & 1][e];
+          const __m512i nib = q < 2 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi32(l, 4), m4);
+          const __m512i hv = qh[e];
+          const __m512i hs = q < 2 ? _mm512_slli_epi32(hv, 4 - 2 * q) : (q == 2 ? hv : _mm512_srli_epi32(hv, 2));
+          _mm512_store_si512(p.q[32 * n + 8 * q + 4 * gc + e], or_and(nib, hs, b45));
+        }
+      }
+    }
   }
   __m512i s[4];
   transpose_rows4(row, 192, s);
@@ -272,11 +244,13 @@ void panel_sb_q6k(const uint8_t* const row[16], const uint8_t* d_word, const __m
 // of qs dword 8 n + g.
 void panel_sb_q2k(const uint8_t* const row[16], const uint8_t* d_word, const __m512i& row_off, KPanelSb& p) {
   const __m512i m2 = _mm512_set1_epi8(3);
-  __m512i qs[16];
-  transpose_rows(row, 16, qs);
-  LLM_UNROLL for (int gi = 0; gi < 64; ++gi) {
-    const int n = gi / 32, j = (gi % 32) / 8, g = gi % 8;
-    _mm512_store_si512(p.q[gi], _mm512_and_si512(_mm512_srli_epi32(qs[8 * n + g], 2 * j), m2));
+  LLM_UNROLL for (int c = 0; c < 4; ++c) {  // qs dwords 4c .. 4c + 3: n = c / 2, g = 4 (c % 2) + e
+    __m512i qs[4];
+    transpose_rows4(row, 16 + 16 * size_t(c), qs);
+    LLM_UNROLL for (int j = 0; j < 4; ++j)
+      LLM_UNROLL for (int e = 0; e < 4; ++e)
+        _mm512_store_si512(p.q[32 * (c / 2) + 8 * j + 4 * (c % 2) + e],
+                           _mm512_and_si512(_mm512_srli_epi32(qs[e], 2 * j), m2));
   }
   __m512i s[4];
   transpose_rows4(row, 0, s);
@@ -300,14 +274,21 @@ void panel_sb_q2k(const uint8_t* const row[16], const uint8_t* d_word, const __m
 // 4 where bit 4 n + j of hmask dword g is set.
 void panel_sb_q3k(const uint8_t* const row[16], KPanelSb& p) {
   const __m512i m2 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
-  __m512i hm[16], qs[16];
-  transpose_rows(row, 0, hm);  // hmask dwords 0..7 (then qs 0..7)
-  transpose_rows(row, 32, qs);
-  LLM_UNROLL for (int gi = 0; gi < 64; ++gi) {
-    const int n = gi / 32, j = (gi % 32) / 8, g = gi % 8, bit = 4 * n + j;
-    const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(qs[8 * n + g], 2 * j), m2);
-    const __m512i hi = bit >= 2 ? _mm512_srli_epi32(hm[g], bit - 2) : _mm512_slli_epi32(hm[g], 2 - bit);
-    _mm512_store_si512(p.q[gi], or_and(lo, hi, b2));
+  __m512i hm[8];  // hmask dwords 0..7
+  transpose_rows4(row, 0, hm);
+  transpose_rows4(row, 16, hm + 4);
+  LLM_UNROLL for (int c = 0; c < 4; ++c) {  // qs dwords 4c .. 4c + 3: n = c / 2, g = 4 (c % 2) + e
+    __m512i qs[4];
+    transpose_rows4(row, 32 + 16 * size_t(c), qs);
+    const int n = c / 2;
+    LLM_UNROLL for (int j = 0; j < 4; ++j) {
+      LLM_UNROLL for (int e = 0; e < 4; ++e) {
+        const int g = 4 * (c % 2) + e, bit = 4 * n + j;
+        const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(qs[e], 2 * j), m2);
+        const __m512i hi = bit >= 2 ? _mm512_srli_epi32(hm[g], bit - 2) : _mm512_slli_epi32(hm[g], 2 - bit);
+        _mm512_store_si512(p.q[32 * n + 8 * j + g], or_and(lo, hi, b2));
+      }
+    }
   }
   // The 12 scale bytes at 96 and d at 108 as bytes 2.. of the dwords at 94
   // (a 16-byte read at 96 would pass the block's 110 bytes).
@@ -338,14 +319,13 @@ void panel_sb_iq4xs(const uint8_t* const row[16], KPanelSb& p) {
   const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, char(129), char(141),
                                                              char(153), char(166), char(181), char(197), char(217),
                                                              char(241)));
-  __m512i t[16];
-  LLM_UNROLL for (int half = 0; half < 2; ++half) {
-    transpose_rows(row, 8 + 64 * size_t(half), t);
-    LLM_UNROLL for (int i = 0; i < 16; ++i) {
-      const int m = 16 * half + i, ib = m / 4, g = m % 4;
-      _mm512_store_si512(p.q[8 * ib + g], _mm512_shuffle_epi8(table, _mm512_and_si512(t[i], m4)));
+  LLM_UNROLL for (int ib = 0; ib < 8; ++ib) {  // qs dwords 4 ib + g
+    __m512i t[4];
+    transpose_rows4(row, 8 + 16 * size_t(ib), t);
+    LLM_UNROLL for (int g = 0; g < 4; ++g) {
+      _mm512_store_si512(p.q[8 * ib + g], _mm512_shuffle_epi8(table, _mm512_and_si512(t[g], m4)));
       _mm512_store_si512(p.q[8 * ib + 4 + g],
-                         _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi32(t[i], 4), m4)));
+                         _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi32(t[g], 4), m4)));
     }
   }
   __m512i h[4];  // d | scales_h, scales_l
