@@ -505,24 +505,93 @@ inline __m512i sv_chunk(__m512i sc, int first, int shift) {
   return _mm512_permutexvar_epi16(
       _mm512_add_epi16(_mm512_set1_epi16(short(first)), _mm512_srl_epi16(lane, _mm_cvtsi32_si128(shift))), sc);
 }
-// Chunk p with 16 scales of 16 values (Q6_K) or 8 scales of 32 values.
+// Chunk p with 16 scales of 16 values (Q6_K, Q2_K, Q3_K).
 inline __m512i sv_chunk16(__m512i sc, int p) { return sv_chunk(sc, 4 * p, 3); }
-inline __m512i sv_chunk8(__m512i sc, int p) { return sv_chunk(sc, 2 * p, 4); }
 
-// Q4_K / Q5_K: the 8 six-bit scales (bytes 0..7) and minimums (8..15) of
-// the 12-byte array at s (16 bytes readable), in registers. Words u0, u1, u2:
-// scales 0..3 = u0 & 0x3f.., 4..7 = (u2 & 0x0f..) | (u0 >> 6 & 0x03..) << 4;
-// minimums 0..3 = u1 & 0x3f.., 4..7 = (u2 >> 4 & 0x0f..) | (u1 >> 6 & 0x03..) << 4.
-// (The same function as the AVX2 file's, kept apart: each file's inline
-// code must be compiled with its own instruction set.)
-inline __m128i scales_mins_k4(const uint8_t* s) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-  const __m128i top = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0)), 6),
-                                                   _mm_set1_epi32(0x03030303)),
-                                     4);
-  const __m128i low = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 4, 0, 4)),
-                                    _mm_set1_epi32(0x0f0f0f0f));
-  return _mm_unpacklo_epi32(_mm_and_si128(v, _mm_set1_epi32(0x3f3f3f3f)), _mm_or_si128(low, top));
+// --- Scales of 4 rows at once ------------------------------------------------
+//
+// The types with 8 scales per super-block (Q4_K, Q5_K, IQ4_XS) decode the
+// scales, minimums, d and dm of a tile's 4 rows together, one row per
+// 128-bit lane: row by row, that decoding cost as much as the dots (Q4_K
+// decode on one thread was compute-bound at 24 GB/s with the weights in
+// cache, where Q6_K ran at 55).
+struct KQuad {
+  __m512i sc;  // int16 word 8 r + j: scale j of row r
+  __m512i mn;  // int16 word 8 r + j: minimum j of row r (Q4_K, Q5_K)
+  __m128 d, dm;  // lane r: row r's
+};
+
+// Lane r (128 bits): the 16 bytes at b[r].
+inline __m512i rows16(const uint8_t* const b[4]) {
+  __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[0])));
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[1])), 1);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[2])), 2);
+  return _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[3])), 3);
+}
+
+// Bytes 0..7 of every 128-bit lane, in lane order, as the low 256 bits;
+// bytes 8..15 as the high ones.
+inline __m512i halves_of_lanes(__m512i v) {
+  return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), v);
+}
+
+// Q4_K / Q5_K blocks at b[0..3]: f16 d | f16 dmin | scales[12]. Per row,
+// with u0, u1, u2 the 3 dwords of the 12 bytes: scales 0..3 = u0 & 0x3f..,
+// 4..7 = (u2 & 0x0f..) | (u0 >> 6 & 0x03..) << 4; minimums 0..3 = u1 &
+// 0x3f.., 4..7 = (u2 >> 4 & 0x0f..) | (u1 >> 6 & 0x03..) << 4.
+inline KQuad quad_k45(const uint8_t* const b[4]) {
+  const __m512i v = rows16(b);  // dwords: d | dmin, u0, u1, u2
+  const __m512i top = _mm512_slli_epi32(
+      _mm512_and_si512(_mm512_srli_epi32(_mm512_shuffle_epi32(v, _MM_PERM_CBCB), 6), _mm512_set1_epi8(3)), 4);
+  const __m512i low = _mm512_and_si512(
+      _mm512_srlv_epi32(_mm512_shuffle_epi32(v, _MM_PERM_DDDD), _mm512_set4_epi32(4, 0, 4, 0)),
+      _mm512_set1_epi8(0x0f));
+  // Per lane: scales 0..3 | 4..7 | minimums 0..3 | 4..7.
+  const __m512i sm = _mm512_unpacklo_epi32(_mm512_and_si512(_mm512_shuffle_epi32(v, _MM_PERM_DDCB), _mm512_set1_epi8(0x3f)),
+                                           _mm512_or_si512(low, top));
+  const __m512i g = halves_of_lanes(sm);
+  KQuad q;
+  q.sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(g));
+  q.mn = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(g, 1));
+  const __m128i dd = _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_set4_epi32(12, 8, 4, 0), v));
+  q.d = _mm_cvtph_ps(_mm_cvtepi32_epi16(dd));
+  q.dm = _mm_cvtph_ps(_mm_cvtepi32_epi16(_mm_srli_epi32(dd, 16)));
+  return q;
+}
+
+// IQ4_XS blocks at b[0..3]: f16 d | u16 scales_h | scales_l[4]. Scale ib:
+// nibble ib of scales_l | bits 2 ib, 2 ib + 1 of scales_h << 4, minus 32.
+inline KQuad quad_iq4xs(const uint8_t* const b[4]) {
+  const __m512i v = rows16(b);
+  const __m256i head = _mm512_castsi512_si256(halves_of_lanes(v));  // bytes 0..7 of each row
+  const __m512i w = _mm512_cvtepu8_epi16(head);                      // word 8 r + k: byte k of row r
+  // Word 8 r + ib takes byte 4 + ib / 2 (low nibble source) and byte 2 + ib / 4 (high bits).
+  const __m512i lo_idx = _mm512_set_epi16(31, 31, 30, 30, 29, 29, 28, 28, 23, 23, 22, 22, 21, 21, 20, 20, 15, 15, 14,
+                                          14, 13, 13, 12, 12, 7, 7, 6, 6, 5, 5, 4, 4);
+  const __m512i hi_idx = _mm512_set_epi16(27, 27, 27, 27, 26, 26, 26, 26, 19, 19, 19, 19, 18, 18, 18, 18, 11, 11, 11,
+                                          11, 10, 10, 10, 10, 3, 3, 3, 3, 2, 2, 2, 2);
+  const __m512i lo_sh = _mm512_set4_epi32(0x00040000, 0x00040000, 0x00040000, 0x00040000);
+  const __m512i hi_sh = _mm512_set4_epi32(0x00060004, 0x00020000, 0x00060004, 0x00020000);
+  const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(lo_idx, w), lo_sh),
+                                      _mm512_set1_epi16(15));
+  const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(hi_idx, w), hi_sh),
+                                      _mm512_set1_epi16(3));
+  KQuad q;
+  q.sc = _mm512_sub_epi16(_mm512_or_si512(lo, _mm512_slli_epi16(hi, 4)), _mm512_set1_epi16(32));
+  q.mn = _mm512_setzero_si512();
+  q.d = q.dm = _mm_cvtph_ps(_mm256_cvtepi64_epi16(head));
+  return q;
+}
+
+// The minimum sums M of the 4 rows of q (lane r) against one x row's 16
+// bsums at bs: M = sum over j of minimum j * (bsums 2j + 2j + 1), exact
+// (pair sums fit int16: 16-value sums of int8 are at most 2032 in size).
+inline __m128i quad_min_totals(const KQuad& q, const int16_t* bs) {
+  const __m256i pairs = _mm256_madd_epi16(load256(bs), _mm256_set1_epi16(1));
+  const __m512i m = _mm512_madd_epi16(q.mn, _mm512_broadcast_i32x4(_mm256_cvtepi32_epi16(pairs)));
+  __m512i t = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_BADC));
+  t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_CDAB));
+  return _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_set4_epi32(12, 8, 4, 0), t));
 }
 
 template <DType T>
@@ -534,20 +603,13 @@ struct KRegs;
 template <bool Five>
 struct KRegs45 {
   static constexpr size_t kBytes = Five ? 176 : 144;
-  __m512i sc;  // 8 scales as int16
-  __m256i mn;  // 16 minimums as int16
-  float d, dm;
+  static constexpr bool kQuad = true;  // scales etc. from quad()
   const uint8_t* qs;
   __m256i hb;
   explicit KRegs45(const uint8_t* b) : qs(b + (Five ? 48 : 16)) {
-    const __m128i sm = scales_mins_k4(b + 4);
-    sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
-    const __m128i mm = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
-    mn = _mm256_set_m128i(_mm_unpackhi_epi16(mm, mm), _mm_unpacklo_epi16(mm, mm));
     hb = Five ? load256(b + 16) : _mm256_setzero_si256();
-    d = half_of(b);
-    dm = half_of(b + 2);
   }
+  static KQuad quad(const uint8_t* const b[4]) { return quad_k45(b); }
   __m512i codes(int p) const {
     const __m256i v = load256(qs + 32 * p), m4 = _mm256_set1_epi8(0x0f);
     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -558,7 +620,6 @@ struct KRegs45 {
     }
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
   }
-  __m512i scales(int p) const { return sv_chunk8(sc, p); }
 };
 template <>
 struct KRegs<DType::Q4_K> : KRegs45<false> {
@@ -572,6 +633,7 @@ struct KRegs<DType::Q5_K> : KRegs45<true> {
 template <>
 struct KRegs<DType::Q6_K> {
   static constexpr size_t kBytes = 210;
+  static constexpr bool kQuad = false;
   __m512i sc;  // 16 scales as int16
   __m256i mn;  // 32 * scale
   float d, dm;
@@ -607,6 +669,7 @@ struct KRegs<DType::Q6_K> {
 template <bool Three>
 struct KRegs23 {
   static constexpr size_t kBytes = Three ? 110 : 84;
+  static constexpr bool kQuad = false;
   __m512i sc;  // 16 scales as int16
   __m256i mn;
   float d, dm;
@@ -667,25 +730,10 @@ struct KRegs<DType::Q3_K> : KRegs23<true> {
 template <>
 struct KRegs<DType::IQ4_XS> {
   static constexpr size_t kBytes = 136;
-  __m512i sc;  // 8 scales (6 bits, bias 32) as int16
-  __m256i mn;
-  float d, dm;
+  static constexpr bool kQuad = true;  // scales and d from quad(); no minimums
   const uint8_t* qs;
-  explicit KRegs(const uint8_t* b) : mn(_mm256_setzero_si256()), qs(b + 8) {
-    // Low nibble ib of the 32-bit scales_l, high bits 2 ib of the 16-bit scales_h, bias 32.
-    uint16_t sh;
-    uint32_t sl;
-    std::memcpy(&sh, b + 2, 2);
-    std::memcpy(&sl, b + 4, 4);
-    const __m256i lo = _mm256_and_si256(
-        _mm256_srlv_epi32(_mm256_set1_epi32(int(sl)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-        _mm256_set1_epi32(0x0f));
-    const __m256i hi = _mm256_and_si256(
-        _mm256_srlv_epi32(_mm256_set1_epi32(sh), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)), _mm256_set1_epi32(3));
-    const __m256i s32 = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-    sc = _mm512_castsi128_si512(_mm256_cvtepi32_epi16(s32));
-    d = dm = half_of(b);
-  }
+  explicit KRegs(const uint8_t* b) : qs(b + 8) {}
+  static KQuad quad(const uint8_t* const b[4]) { return quad_iq4xs(b); }
   // Sub-blocks 2p and 2p + 1 (16 bytes each): low nibbles then high nibbles
   // of each, through the table.
   __m512i codes(int p) const {
@@ -697,7 +745,6 @@ struct KRegs<DType::IQ4_XS> {
                                                                38, 53, 69, 89, 113));
     return _mm512_shuffle_epi8(table, ordered);
   }
-  __m512i scales(int p) const { return sv_chunk8(sc, p); }
 };
 
 // Sums of the 16 int32 lanes of each of a0..a3 within each 128-bit lane:
@@ -729,18 +776,28 @@ inline void lane_totals4_split(__m512i a0, __m512i a1, __m512i a2, __m512i a3, _
 // integer S and M of every (row, x row) as k_panel_tile has them (the
 // integers are the same however they are summed), then its f32 operations
 // with the rows in lanes 0..R-1. pf: the same bytes of a later tile.
+// kQuad types take the 4 rows' scales, minimums, d and dm from one KQuad
+// (rows past R repeat row 0; their lanes are never stored) and sum M apart
+// from S; the others keep them per row, M in S's high half or subtracted
+// inside S (MinD).
 template <DType T, int R, int C>
 void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
             int64_t xcols, float* y, int64_t ys, const uint8_t* pf) {
-  constexpr bool MinD = k_min_uses_d(T), Signed = k_signed(T);
+  constexpr bool MinD = k_min_uses_d(T), Signed = k_signed(T), Quad = KRegs<T>::kQuad;
   constexpr size_t BB = KRegs<T>::kBytes;
   __m128 acc[C];
   LLM_UNROLL for (int c = 0; c < C; ++c) acc[c] = _mm_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
-    // Per (row, x row): MinD: 16 lanes summing to S - M; others: 8 lanes
-    // summing to S, then 8 summing to M.
+    // Per (row, x row): Quad or MinD: 16 lanes summing to S (Quad) or S - M;
+    // others: 8 lanes summing to S, then 8 summing to M.
     __m512i S[4][C];
     float dr[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dmr[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    KQuad q;
+    if constexpr (Quad) {
+      const uint8_t* b[4];
+      LLM_UNROLL for (int r = 0; r < 4; ++r) b[r] = w + size_t(r < R ? r : 0) * rb + size_t(sb) * BB;
+      q = KRegs<T>::quad(b);
+    }
     LLM_UNROLL for (int r = 0; r < 4; ++r)
       LLM_UNROLL for (int c = 0; c < C; ++c) S[r][c] = _mm512_setzero_si512();
     LLM_UNROLL for (int r = 0; r < R; ++r) {
@@ -750,7 +807,11 @@ void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const fl
           _mm_prefetch(reinterpret_cast<const char*>(pf + r * rb + size_t(sb) * BB + o), _MM_HINT_T0);
       const KRegs<T> u(blk);
       LLM_UNROLL for (int p = 0; p < 4; ++p) {
-        const __m512i wq = u.codes(p), s = u.scales(p);
+        __m512i wq = u.codes(p), s;
+        if constexpr (Quad)
+          s = sv_chunk(q.sc, 8 * r + 2 * p, 4);
+        else
+          s = u.scales(p);
         if constexpr (Signed) {
           // |w|, and x negated where w < 0 (x is never -128): pairs of at
           // most 2 * 127 * 127.
@@ -768,31 +829,45 @@ void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const fl
                                           _mm512_maddubs_epi16(wq, load512(xq + c * xcols + sb * 256 + 64 * p)), s);
         }
       }
-      LLM_UNROLL for (int c = 0; c < C; ++c) {
-        const __m256i bs = load256(xbs + c * (xcols / 16) + sb * 16);
-        if constexpr (MinD) {
-          S[r][c] = _mm512_dpwssd_epi32(S[r][c], _mm512_zextsi256_si512(bs),
-                                        _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), u.mn)));
-        } else {
-          const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(S[r][c]), _mm512_extracti64x4_epi64(S[r][c], 1));
-          S[r][c] = _mm512_inserti64x4(_mm512_castsi256_si512(s8), _mm256_madd_epi16(bs, u.mn), 1);
+      if constexpr (!Quad) {
+        LLM_UNROLL for (int c = 0; c < C; ++c) {
+          const __m256i bs = load256(xbs + c * (xcols / 16) + sb * 16);
+          if constexpr (MinD) {
+            S[r][c] = _mm512_dpwssd_epi32(S[r][c], _mm512_zextsi256_si512(bs),
+                                          _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), u.mn)));
+          } else {
+            const __m256i s8 =
+                _mm256_add_epi32(_mm512_castsi512_si256(S[r][c]), _mm512_extracti64x4_epi64(S[r][c], 1));
+            S[r][c] = _mm512_inserti64x4(_mm512_castsi256_si512(s8), _mm256_madd_epi16(bs, u.mn), 1);
+          }
         }
+        dr[r] = u.d;
+        dmr[r] = u.dm;
       }
-      dr[r] = u.d;
-      dmr[r] = u.dm;
     }
     // Built from registers: 4 scalar stores then a vector load would stall
     // on store forwarding once per super-block.
-    const __m128 d = _mm_setr_ps(dr[0], dr[1], dr[2], dr[3]);
-    const __m128 dm = _mm_setr_ps(dmr[0], dmr[1], dmr[2], dmr[3]);
+    __m128 d, dm;
+    if constexpr (Quad) {
+      d = q.d;
+      dm = q.dm;
+    } else {
+      d = _mm_setr_ps(dr[0], dr[1], dr[2], dr[3]);
+      dm = _mm_setr_ps(dmr[0], dmr[1], dmr[2], dmr[3]);
+    }
     LLM_UNROLL for (int c = 0; c < C; ++c) {
       const float dx = xd[c * (xcols / 256) + sb];
-      if constexpr (MinD) {
+      if constexpr (MinD) {  // Quad: IQ4_XS, whose M is 0
         const __m128i t = lane_totals4(S[0][c], S[1][c], S[2][c], S[3][c]);
         acc[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(t), _mm_mul_ps(d, _mm_set1_ps(dx)), acc[c]);
       } else {
         __m128i ts, tm;
-        lane_totals4_split(S[0][c], S[1][c], S[2][c], S[3][c], ts, tm);
+        if constexpr (Quad) {
+          ts = lane_totals4(S[0][c], S[1][c], S[2][c], S[3][c]);
+          tm = quad_min_totals(q, xbs + c * (xcols / 16) + sb * 16);
+        } else {
+          lane_totals4_split(S[0][c], S[1][c], S[2][c], S[3][c], ts, tm);
+        }
         acc[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(ts), _mm_mul_ps(d, _mm_set1_ps(dx)), acc[c]);
         acc[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(tm), _mm_mul_ps(dm, _mm_set1_ps(-dx)), acc[c]);
       }
