@@ -348,25 +348,59 @@ inline __m256i scale_lanes8(__m256i v2, int k) {
   return _mm256_shuffle_epi8(v2, _mm256_set1_epi16(short(((2 * k + 1) << 8) | (2 * k))));
 }
 
+// What k_gemv needs of a Q4_K / Q5_K super-block besides its codes: the 8
+// scales as int16 in both 128-bit halves (for scale_lanes8), the minimums
+// as int16 lanes (minimum j in lanes 2j, 2j + 1), d and dm.
+struct KRow {
+  __m256i sc2;
+  __m256i mn;
+  float d, dm;
+};
+
+// Q4_K / Q5_K blocks b0, b1 (f16 d | f16 dmin | scales[12]) decoded
+// together, one per 128-bit lane: row by row, this decoding took a fifth of
+// the decode GEMV, which is compute-bound on one thread. The per-lane
+// arithmetic is scales_mins_k4's, on the dwords after d | dmin.
+inline void k45_pair(const uint8_t* b0, const uint8_t* b1, KRow out[2]) {
+  const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(b0)), load128(b1), 1);
+  const __m256i top = _mm256_slli_epi32(
+      _mm256_and_si256(_mm256_srli_epi32(_mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 1)), 6), _mm256_set1_epi8(3)), 4);
+  const __m256i low = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_shuffle_epi32(v, _MM_SHUFFLE(3, 3, 3, 3)), _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)),
+      _mm256_set1_epi8(0x0f));
+  const __m256i sm = _mm256_unpacklo_epi32(
+      _mm256_and_si256(_mm256_shuffle_epi32(v, _MM_SHUFFLE(3, 3, 2, 1)), _mm256_set1_epi8(0x3f)),
+      _mm256_or_si256(low, top));  // per lane: scales 0..7, minimums 0..7 (bytes)
+  LLM_UNROLL for (int h = 0; h < 2; ++h) {
+    const __m256i w = _mm256_cvtepu8_epi16(h ? _mm256_extracti128_si256(sm, 1) : _mm256_castsi256_si128(sm));
+    out[h].sc2 = _mm256_permute4x64_epi64(w, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256i m = _mm256_permute4x64_epi64(w, _MM_SHUFFLE(3, 3, 2, 2));
+    out[h].mn = _mm256_unpacklo_epi16(m, m);  // minimum j in lanes 2j, 2j + 1
+  }
+  // d | dmin of both rows as 4 halves: [d0, dm0, d1, dm1].
+  const __m128 f =
+      _mm_cvtph_ps(_mm_unpacklo_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+  alignas(16) float fs[4];
+  _mm_store_ps(fs, f);
+  out[0].d = fs[0];
+  out[0].dm = fs[1];
+  out[1].d = fs[2];
+  out[1].dm = fs[3];
+}
+
 // Q4_K / Q5_K: chunk k is the low (k even) or high (k odd) nibbles of
-// qs[32 (k / 2) ..]; Q5_K adds 16 where qh has bit k. Scale lanes: sc[k].
+// qs[32 (k / 2) ..]; Q5_K adds 16 where qh has bit k. Scales, minimums, d
+// and dm come in pairs of rows from k45_pair (kPair).
 template <bool Five>
 struct KRegs45 {
   static constexpr size_t kBytes = Five ? 176 : 144;
-  __m256i sc2;  // the 8 scales as int16, in both 128-bit halves
-  __m256i mn;
-  float d, dm;
+  static constexpr bool kPair = true;
   const uint8_t* qs;
   __m256i hb;
   explicit KRegs45(const uint8_t* b) : qs(b + (Five ? 48 : 16)) {
-    const __m128i sm = scales_mins_k4(b + 4);
-    sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
-    const __m128i mm = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
-    mn = _mm256_set_m128i(_mm_unpackhi_epi16(mm, mm), _mm_unpacklo_epi16(mm, mm));
     hb = Five ? load256(b + 16) : _mm256_setzero_si256();
-    d = half_hw(b);
-    dm = half_hw(b + 2);
   }
+  static void pair(const uint8_t* b0, const uint8_t* b1, KRow out[2]) { k45_pair(b0, b1, out); }
   __m256i codes(int k) const {
     const __m256i v = load256(qs + 32 * (k / 2)), m4 = _mm256_set1_epi8(0x0f);
     __m256i c = k % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
@@ -379,7 +413,6 @@ struct KRegs45 {
     }
     return c;
   }
-  __m256i scales(int k) const { return scale_lanes8(sc2, k); }
 };
 template <>
 struct KRegs<DType::Q4_K> : KRegs45<false> {
@@ -411,6 +444,7 @@ struct Scales16 {
 template <>
 struct KRegs<DType::Q6_K> {
   static constexpr size_t kBytes = 210;
+  static constexpr bool kPair = false;
   Scales16 sc;
   __m256i mn;
   float d, dm;
@@ -438,6 +472,7 @@ struct KRegs<DType::Q6_K> {
 template <>
 struct KRegs<DType::Q2_K> {
   static constexpr size_t kBytes = 84;
+  static constexpr bool kPair = false;
   Scales16 sc;
   __m256i mn;
   float d, dm;
@@ -464,6 +499,7 @@ struct KRegs<DType::Q2_K> {
 template <>
 struct KRegs<DType::Q3_K> {
   static constexpr size_t kBytes = 110;
+  static constexpr bool kPair = false;
   Scales16 sc;
   __m256i mn;
   float d, dm;
@@ -509,6 +545,7 @@ inline __m256i iq4xs_scales32(const uint8_t* b) {
 template <>
 struct KRegs<DType::IQ4_XS> {
   static constexpr size_t kBytes = 136;
+  static constexpr bool kPair = false;
   __m256i sc2;  // the 8 scales as int16, in both 128-bit halves
   __m256i mn;
   float d, dm;
@@ -532,20 +569,43 @@ struct KRegs<DType::IQ4_XS> {
 template <DType T, int R, int C>
 void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
             int64_t xcols, float* y, int64_t ys, const uint8_t* pf) {
-  constexpr bool MinD = k_min_uses_d(T), Signed = k_signed(T);
+  constexpr bool MinD = k_min_uses_d(T), Signed = k_signed(T), Pair = KRegs<T>::kPair;
   constexpr size_t BB = KRegs<T>::kBytes;
   __m256 acc[R][C];
   LLM_UNROLL for (int r = 0; r < R; ++r)
     LLM_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
+    // kPair types: scales, minimums, d, dm of rows 2h, 2h + 1 together (a
+    // missing last row repeats row 0 and is never used).
+    KRow meta[4];
+    if constexpr (Pair) {
+      LLM_UNROLL for (int h = 0; h < (R + 1) / 2; ++h)
+        KRegs<T>::pair(w + size_t(2 * h) * rb + size_t(sb) * BB,
+                       w + size_t(2 * h + 1 < R ? 2 * h + 1 : 0) * rb + size_t(sb) * BB, meta + 2 * h);
+    }
     LLM_UNROLL for (int r = 0; r < R; ++r) {
       const uint8_t* blk = w + r * rb + size_t(sb) * BB;
       if (pf) prefetch_bytes(pf + r * rb + size_t(sb) * BB, BB);
       const KRegs<T> u(blk);
+      __m256i mn;
+      float d, dm;
+      if constexpr (Pair) {
+        mn = meta[r].mn;
+        d = meta[r].d;
+        dm = meta[r].dm;
+      } else {
+        mn = u.mn;
+        d = u.d;
+        dm = u.dm;
+      }
       __m256i S[C];
       LLM_UNROLL for (int c = 0; c < C; ++c) S[c] = _mm256_setzero_si256();
       LLM_UNROLL for (int k = 0; k < 8; ++k) {
-        const __m256i wq = u.codes(k), s = u.scales(k);
+        __m256i wq = u.codes(k), s;
+        if constexpr (Pair)
+          s = scale_lanes8(meta[r].sc2, k);
+        else
+          s = u.scales(k);
         if constexpr (Signed) {
           const __m256i aw = _mm256_sign_epi8(wq, wq);
           LLM_UNROLL for (int c = 0; c < C; ++c)
@@ -560,14 +620,14 @@ void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const fl
         }
       }
       LLM_UNROLL for (int c = 0; c < C; ++c) {
-        const __m256i M = _mm256_madd_epi16(load256(xbs + c * (xcols / 16) + sb * 16), u.mn);
+        const __m256i M = _mm256_madd_epi16(load256(xbs + c * (xcols / 16) + sb * 16), mn);
         const float dx = xd[c * (xcols / 256) + sb];
         if constexpr (MinD) {
-          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(S[c], M)), _mm256_set1_ps(u.d * dx),
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(S[c], M)), _mm256_set1_ps(d * dx),
                                       acc[r][c]);
         } else {
-          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[c]), _mm256_set1_ps(u.d * dx), acc[r][c]);
-          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M), _mm256_set1_ps(-(u.dm * dx)), acc[r][c]);
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[c]), _mm256_set1_ps(d * dx), acc[r][c]);
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M), _mm256_set1_ps(-(dm * dx)), acc[r][c]);
         }
       }
     }
