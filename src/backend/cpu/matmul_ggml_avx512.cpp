@@ -102,10 +102,11 @@ struct alignas(64) KPanelSb {
 // Every K-quant keeps its codes 4 values to a dword of the stored bytes, in
 // the order the panel wants (a nibble, or a 2-bit plane, per value), so a
 // dword transpose of the stored bytes of 16 rows, 16 bytes of each at a
-// time, then a mask or a shift per plane (plus the high bits, or IQ4_XS's table), gives the panel's
-// code vectors; the scales are decoded with the rows already in lanes. (The
-// panels were first built from KUnpacked rows, by the AVX2 unpackers and
-// gathers: with 16 x rows, batched decode, that cost more than the dots.)
+// time, then a mask or a shift per plane (plus the high bits, or IQ4_XS's
+// table), gives the panel's code vectors; the scales are decoded with the
+// rows already in lanes. (The panels were first built from KUnpacked rows,
+// by the AVX2 unpackers and gathers: with 16 x rows, batched decode, that
+// cost more than the dots.)
 // The codes, scales and minimums are unpack_k_ref's integers; d and dm come
 // from F16C, as in k_gemv. Lanes past nr repeat row 0 (no read past the
 // matrix): the tile stores only the live lanes and no operation mixes lanes,
@@ -547,8 +548,8 @@ inline KQuad quad_k45(const uint8_t* const b[4]) {
       _mm512_srlv_epi32(_mm512_shuffle_epi32(v, _MM_PERM_DDDD), _mm512_set4_epi32(4, 0, 4, 0)),
       _mm512_set1_epi8(0x0f));
   // Per lane: scales 0..3 | 4..7 | minimums 0..3 | 4..7.
-  const __m512i sm = _mm512_unpacklo_epi32(_mm512_and_si512(_mm512_shuffle_epi32(v, _MM_PERM_DDCB), _mm512_set1_epi8(0x3f)),
-                                           _mm512_or_si512(low, top));
+  const __m512i sm = _mm512_unpacklo_epi32(
+      _mm512_and_si512(_mm512_shuffle_epi32(v, _MM_PERM_DDCB), _mm512_set1_epi8(0x3f)), _mm512_or_si512(low, top));
   const __m512i g = halves_of_lanes(sm);
   KQuad q;
   q.sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(g));
@@ -570,8 +571,8 @@ inline KQuad quad_iq4xs(const uint8_t* const b[4]) {
                                           14, 13, 13, 12, 12, 7, 7, 6, 6, 5, 5, 4, 4);
   const __m512i hi_idx = _mm512_set_epi16(27, 27, 27, 27, 26, 26, 26, 26, 19, 19, 19, 19, 18, 18, 18, 18, 11, 11, 11,
                                           11, 10, 10, 10, 10, 3, 3, 3, 3, 2, 2, 2, 2);
-  const __m512i lo_sh = _mm512_set4_epi32(0x00040000, 0x00040000, 0x00040000, 0x00040000);
-  const __m512i hi_sh = _mm512_set4_epi32(0x00060004, 0x00020000, 0x00060004, 0x00020000);
+  const __m512i lo_sh = _mm512_set1_epi32(0x00040000);  // words: 0, 4, 0, 4, ...
+  const __m512i hi_sh = _mm512_set4_epi32(0x00060004, 0x00020000, 0x00060004, 0x00020000);  // 0, 2, 4, 6, ...
   const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(lo_idx, w), lo_sh),
                                       _mm512_set1_epi16(15));
   const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(hi_idx, w), hi_sh),
@@ -584,8 +585,9 @@ inline KQuad quad_iq4xs(const uint8_t* const b[4]) {
 }
 
 // The minimum sums M of the 4 rows of q (lane r) against one x row's 16
-// bsums at bs: M = sum over j of minimum j * (bsums 2j + 2j + 1), exact
-// (pair sums fit int16: 16-value sums of int8 are at most 2032 in size).
+// bsums at bs: M = sum over j of minimum j * (bsum 2j + bsum 2j + 1),
+// exact (a pair sum fits int16: a bsum, 16 int8 of at most 127 in size, is
+// at most 2032).
 inline __m128i quad_min_totals(const KQuad& q, const int16_t* bs) {
   const __m256i pairs = _mm256_madd_epi16(load256(bs), _mm256_set1_epi16(1));
   const __m512i m = _mm512_madd_epi16(q.mn, _mm512_broadcast_i32x4(_mm256_cvtepi32_epi16(pairs)));
