@@ -269,7 +269,6 @@ void canonicalize_key(const Grammar& g, const Vocab& v, Stack& key) {
 }
 
 inline void set_bit(std::vector<uint64_t>& bits, int32_t i) { bits[size_t(i) >> 6] |= uint64_t(1) << (i & 63); }
-inline bool get_bit(const std::vector<uint64_t>& bits, int32_t i) { return (bits[size_t(i) >> 6] >> (i & 63)) & 1; }
 
 // Walks strings str(0..n-1) (sorted, lcp(i) = common prefix with i-1) from
 // `init`; calls on_accept(i) for each string that leaves some stack alive.

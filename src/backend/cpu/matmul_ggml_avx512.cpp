@@ -29,7 +29,9 @@
 // operations whatever the tile: batch invariant within this family.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // a GCC-only warning group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
@@ -119,10 +121,14 @@ struct alignas(64) KPanelSb {
 // shuffles, and its 32 live registers spilled).
 inline void transpose_rows4(const uint8_t* const row[16], size_t off, __m512i out[4]) {
   __m512i v[4];
+  const auto load = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + off)); };
+  // The lane index of vinserti32x4 is an immediate: written out, not a loop
+  // variable (clang rejects one even when the loop is unrolled).
   LLM_UNROLL for (int q = 0; q < 4; ++q) {
-    v[q] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[q] + off)));
-    LLM_UNROLL for (int l = 1; l < 4; ++l)
-      v[q] = _mm512_inserti32x4(v[q], _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[4 * l + q] + off)), l);
+    v[q] = _mm512_castsi128_si512(load(q));
+    v[q] = _mm512_inserti32x4(v[q], load(4 + q), 1);
+    v[q] = _mm512_inserti32x4(v[q], load(8 + q), 2);
+    v[q] = _mm512_inserti32x4(v[q], load(12 + q), 3);
   }
   const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
   const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
