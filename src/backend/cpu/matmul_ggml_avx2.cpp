@@ -15,10 +15,12 @@
 //   acc = fma(float(S - M), d * d_x, acc)                  (Q3_K, Q6_K)
 //   acc = fma(float(M), -(dm * d_x), fma(float(S), d * d_x, acc))   (others)
 //   and the output is hsum(acc) over the 8 lanes.
-// 32-value types (Q8_0 / Q8_1 activations). Per block: t = vpmaddwd(
-//   vpmaddubsw(|w|, sign(q, w)), 1) (8 int32 lanes), acc = fma(float(t),
-//   d_w * d_x, acc); Q5_1 also macc = fma(m_w, s_x, macc) over 8 blocks at a
-//   time; the output is hsum(acc) (+ hsum(macc)).
+// 32-value types (Q8_0 / Q8_1 activations). Per block: t = vpmaddwd(p, 1)
+//   (8 int32 lanes, each the sum of 4 products w * q), with the pairs p =
+//   vpmaddubsw(|w|, sign(q, w)) (IQ4_NL), vpmaddubsw(w, q) (Q5_1) or
+//   vpmaddubsw(w + 16, q) - vpmaddubsw(16, q) (Q5_0): the same integers;
+//   acc = fma(float(t), d_w * d_x, acc); Q5_1 also macc = fma(m_w, s_x,
+//   macc) over 8 blocks at a time; the output is hsum(acc) (+ hsum(macc)).
 // Every (W row, x row) pair sees these operations in this order whatever
 // the tile, so outputs are batch invariant within this family.
 #include <immintrin.h>
@@ -723,28 +725,52 @@ void k_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t 
 
 // --- 32-value tiles --------------------------------------------------------
 
+// How a 32-value type's codes w meet x in vpmaddubsw, which takes one
+// operand unsigned: IQ4_NL's are signed (|w| against x with w's sign), Q5_1's
+// are unsigned (0..31), and Q5_0's are given as w + kOffset = 0..31, the
+// offset's 16 * (x pair) taken off each int16 pair sum. The int32 lanes are
+// the same integers in every case.
+template <DType T>
+struct B32Codes {
+  static constexpr bool kUnsigned = T != DType::IQ4_NL;
+  static constexpr int kOffset = T == DType::Q5_0 ? 16 : 0;
+};
+
 // Where a 32-value tile reads W from: the unpacked tile buffer (prefill) or
 // the stored blocks, decoded in registers (decode). Both give the same codes
 // and scales, so the same outputs.
-struct B32Buffer {
-  const int8_t* q;  // [R][qs] codes
+template <DType T>
+struct B32Buffer : B32Codes<T> {
+  const int8_t* q;  // [R][qs] codes as unpack_b32_ref gives them
   int64_t qs;
   const float* d;   // [R][ds] scales (m: minimums, Q5_1)
   const float* m;
   int64_t ds;
-  __m256i code(int r, int64_t b) const { return load256(q + r * qs + 32 * b); }
+  B32Buffer(const int8_t* q_, int64_t qs_, const float* d_, const float* m_, int64_t ds_)
+      : q(q_), qs(qs_), d(d_), m(m_), ds(ds_) {}
+  __m256i code(int r, int64_t b) const {
+    const __m256i v = load256(q + r * qs + 32 * b);
+    if constexpr (B32Codes<T>::kOffset != 0) return _mm256_add_epi8(v, _mm256_set1_epi8(B32Codes<T>::kOffset));
+    return v;
+  }
   __m256 scales(int r, int64_t b0, int64_t n) const { return load8_tail(d + r * ds + b0, n); }
   __m256 mins(int r, int64_t b0, int64_t n) const { return load8_tail(m + r * ds + b0, n); }
   void prefetch(int, int64_t) const {}
 };
 
 template <DType T>
-struct B32Stored {
+struct B32Stored : B32Codes<T> {
   static constexpr size_t kBB = T == DType::Q5_0 ? 22 : T == DType::Q5_1 ? 24 : 18;
   const uint8_t* w;   // R rows of blocks, rb bytes apart
   size_t rb;
   const uint8_t* pf;  // the next tile, or null
-  __m256i code(int r, int64_t b) const { return unpack_b32(T, w + r * rb + size_t(b) * kBB); }
+  B32Stored(const uint8_t* w_, size_t rb_, const uint8_t* pf_) : w(w_), rb(rb_), pf(pf_) {}
+  // Q5_0: the stored code q, 0..31, is already w + 16.
+  __m256i code(int r, int64_t b) const {
+    const uint8_t* blk = w + r * rb + size_t(b) * kBB;
+    if constexpr (T == DType::Q5_0) return _mm256_or_si256(nibbles32(blk + 6), q5_high(blk + 2));
+    return unpack_b32(T, blk);
+  }
   // The f16 at offset `at` of blocks b0 .. b0 + n - 1 (n <= 8), zero padded.
   // Assembled in general-purpose registers: 8 two-byte stores read back as
   // one vector would stall on store-to-load forwarding.
@@ -782,6 +808,8 @@ struct B32Stored {
 template <int R, int C, bool Min, class Src>
 void b32_tile(const Src& src, int64_t nb, const int8_t* xq, const float* xd, const float* xs, int64_t xcols, float* y,
               int64_t ys) {
+  constexpr bool Unsigned = Src::kUnsigned;
+  constexpr int Off = Src::kOffset;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][C], macc[R][C];
   LLM_UNROLL for (int r = 0; r < R; ++r) {
@@ -809,15 +837,28 @@ void b32_tile(const Src& src, int64_t nb, const int8_t* xq, const float* xd, con
     }
     for (int64_t i = 0; i < m; ++i) {
       const int64_t b = b0 + i;
-      __m256i xv[C];
-      LLM_UNROLL for (int c = 0; c < C; ++c) xv[c] = load256(xq + c * xcols + 32 * b);
+      __m256i xv[C], xoff[C];
+      LLM_UNROLL for (int c = 0; c < C; ++c) {
+        xv[c] = load256(xq + c * xcols + 32 * b);
+        // The code offset's share of every pair sum, once for the R rows.
+        if constexpr (Off != 0) xoff[c] = _mm256_maddubs_epi16(_mm256_set1_epi8(Off), xv[c]);
+      }
       LLM_UNROLL for (int r = 0; r < R; ++r) {
         src.prefetch(r, b);
         const __m256i wv = src.code(r, b);
-        const __m256i aw = _mm256_sign_epi8(wv, wv);  // |w| <= 127
+        __m256i aw = wv;
+        if constexpr (!Unsigned) aw = _mm256_sign_epi8(wv, wv);  // |w| <= 127
         LLM_UNROLL for (int c = 0; c < C; ++c) {
-          // int16 lanes: two products of at most 127 * 127.
-          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[c], wv)), ones);
+          // int16 pairs: signed, two products of at most 127 * 127;
+          // unsigned, at most 2 * 31 * 127, less the offset's 16 * 254.
+          __m256i pairs;
+          if constexpr (Unsigned) {
+            pairs = _mm256_maddubs_epi16(aw, xv[c]);
+            if constexpr (Off != 0) pairs = _mm256_sub_epi16(pairs, xoff[c]);
+          } else {
+            pairs = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[c], wv));
+          }
+          const __m256i p = _mm256_madd_epi16(pairs, ones);
           acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&d8[r][c][i]), acc[r][c]);
         }
       }
@@ -834,8 +875,8 @@ void b32_tile(const Src& src, int64_t nb, const int8_t* xq, const float* xd, con
 
 constexpr int kBCols = 2;
 
-template <int R, bool Min>
-void b32_rows(const B32Buffer& src, int64_t nb, const GgmlX& x, int64_t n, float* y, int64_t ys) {
+template <int R, bool Min, class Src>
+void b32_rows(const Src& src, int64_t nb, const GgmlX& x, int64_t n, float* y, int64_t ys) {
   const int64_t cols = x.cols;
   auto tile = [&](auto cols_tag, int64_t c0) {
     constexpr int C = decltype(cols_tag)::value;
@@ -861,7 +902,7 @@ void b32_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_
     const int nr = int(std::min<int64_t>(kRowTile, r1 - r));
     const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
     if (n == 1) {
-      const B32Stored<T> src{wr, w.row_bytes, wr + decode_ahead(w)};
+      const B32Stored<T> src(wr, w.row_bytes, wr + decode_ahead(w));
       const float* xs = Min ? x.s : nullptr;
       switch (nr) {
         case 4: b32_tile<4, 1, Min>(src, nb, x.q, x.d, xs, w.cols, y + r, w.rows); break;
@@ -875,7 +916,7 @@ void b32_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_
     float* wm = dbuf.data() + kRowTile * nb;
     unpack_b32_rows_avx2(T, wr, w.row_bytes, nr, 0, nb, qbuf.data(), w.cols, wd, Min ? wm : nullptr, nb,
                          n <= kSmallBatch ? wr + decode_ahead(w) : nullptr);
-    const B32Buffer src{qbuf.data(), w.cols, wd, wm, nb};
+    const B32Buffer<T> src(qbuf.data(), w.cols, wd, wm, nb);
     switch (nr) {
       case 4: b32_rows<4, Min>(src, nb, x, n, y + r, w.rows); break;
       case 3: b32_rows<3, Min>(src, nb, x, n, y + r, w.rows); break;
