@@ -63,7 +63,8 @@ class ByteReader {
 };
 
 // Decodes the metadata section into src's config, vocab and meta. Unknown
-// keys (and unknown value types of unknown keys) are skipped.
+// keys (and unknown value types of unknown keys) are skipped, but for those
+// under config. and spec., which are refused (LLM_ERR_UNSUPPORTED).
 void decode_metadata(const uint8_t* data, size_t size, ModelSource* src) {
   ByteReader r(data, size, "metadata");
   const uint32_t n = r.u32();
@@ -194,7 +195,15 @@ void decode_metadata(const uint8_t* data, size_t size, ModelSource* src) {
     else if (key == "vocab.add_bos") v.add_bos = get_i64() != 0;
     else if (key == "vocab.add_space_prefix") v.add_space_prefix = get_i64() != 0;
     else if (key == "vocab.chat_template") v.chat_template = get_str();
-    // Anything else: a key from a later writer; ignored.
+    else {
+      // A key from a later writer. The config. and spec. keys describe the
+      // math: one this reader does not know would be computed without, so
+      // the file is refused; any other is ignored.
+      LLM_CHECK(key.compare(0, 7, "config.") != 0 && key.compare(0, 5, "spec.") != 0, LLM_ERR_UNSUPPORTED,
+                ".llm metadata: '%s' is from a later format version and changes the model's math; this reader "
+                "cannot honour it",
+                k);
+    }
   }
   LLM_CHECK(r.remaining() == 0, LLM_ERR_FORMAT, ".llm metadata: %zu trailing bytes", r.remaining());
   static const char* const kRequired[] = {"config.arch",     "config.dim",        "config.hidden_dim",

@@ -717,14 +717,35 @@ TEST(LlmFile, UnknownMetadataKeysAreIgnored) {
   put<uint32_t>(b, at + key.size(), 1);  // i64 instead of string
   reseal(b);
   EXPECT_EQ(parse_status(b), LLM_ERR_FORMAT);
-  // A required key missing (renamed away) is malformed.
+  // A required key missing (renamed out of the config. namespace) is malformed.
   b = bytes;
   const std::string dimkey = "config.dim";
   auto it2 = std::search(b.begin() + long(mo), b.begin() + long(mo + ms), dimkey.begin(), dimkey.end());
   ASSERT_NE(it2, b.begin() + long(mo + ms));
-  *(it2 + 7) = 'X';
+  *it2 = 'X';
   reseal(b);
-  EXPECT_EQ(parse_status(b), LLM_ERR_FORMAT);
+  std::string msg;
+  EXPECT_EQ(parse_status(b, &msg), LLM_ERR_FORMAT);
+  EXPECT_NE(msg.find("'config.dim' is missing"), std::string::npos) << msg;
+}
+
+TEST(LlmFile, UnknownConfigAndSpecKeysAreRefused) {
+  // A later writer's key under config. or spec. changes the math: running the
+  // model without it would be wrong without a word, so the file is refused,
+  // naming the key. Keys are renamed in place (same length).
+  const std::vector<uint8_t> bytes = fixture_file(false, "meta-spec.llm");
+  const uint64_t mo = get<uint64_t>(bytes, 32), ms = get<uint64_t>(bytes, 40);
+  for (const std::string key : {"spec.post_norms", "config.norm_eps"}) {
+    std::vector<uint8_t> b = bytes;
+    auto it = std::search(b.begin() + long(mo), b.begin() + long(mo + ms), key.begin(), key.end());
+    ASSERT_NE(it, b.begin() + long(mo + ms)) << key;
+    *(it + long(key.size()) - 1) = 'X';
+    reseal(b);
+    std::string msg;
+    EXPECT_EQ(parse_status(b, &msg), LLM_ERR_UNSUPPORTED) << key;
+    const std::string renamed = key.substr(0, key.size() - 1) + "X";
+    EXPECT_NE(msg.find("'" + renamed + "' is from a later format version"), std::string::npos) << msg;
+  }
 }
 
 TEST(LlmFile, ProgressAndCancel) {
