@@ -119,9 +119,6 @@ void set_window_pattern(ModelConfig& c, int64_t w, bool (*on)(int32_t layer, int
 // Validates the spec against the dimensions (LLM_ERR_FORMAT / UNSUPPORTED).
 void validate_spec(const ModelConfig& c);
 
-}  // namespace llm
-
-namespace llm {
 struct ModelSource;
 // Empty when src is the plain Llama-2 block (interleaved full RoPE, no
 // scaling or factors, no biases, QK-norm, post-norms, windows, softcaps,
@@ -129,4 +126,5 @@ struct ModelSource;
 // first feature that is not. The offline calibration passes (AWQ, GPTQ,
 // QAT) run only that block.
 std::string non_llama_feature(const ModelSource& src);
+
 }  // namespace llm
