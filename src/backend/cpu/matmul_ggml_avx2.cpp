@@ -237,10 +237,14 @@ inline __m256i q5_high(const uint8_t* qh_p) {
 }
 
 
+// Q5_0 / Q5_1: a block's stored 5-bit codes, 0..31, from its qh (4 bytes
+// at qh) and the 16 nibble bytes right after them.
+inline __m256i q5_codes(const uint8_t* qh) { return _mm256_or_si256(nibbles32(qh + 4), q5_high(qh)); }
+
 inline __m256i unpack_b32(DType t, const uint8_t* b) {
   switch (t) {
-    case DType::Q5_0: return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), q5_high(b + 2)), _mm256_set1_epi8(16));
-    case DType::Q5_1: return _mm256_or_si256(nibbles32(b + 8), q5_high(b + 4));
+    case DType::Q5_0: return _mm256_sub_epi8(q5_codes(b + 2), _mm256_set1_epi8(16));
+    case DType::Q5_1: return q5_codes(b + 4);
     default: {  // IQ4_NL
       const __m256i table = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
                                              -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
@@ -768,7 +772,7 @@ struct B32Stored : B32Codes<T> {
   // Q5_0: the stored code q, 0..31, is already w + 16.
   __m256i code(int r, int64_t b) const {
     const uint8_t* blk = w + r * rb + size_t(b) * kBB;
-    if constexpr (T == DType::Q5_0) return _mm256_or_si256(nibbles32(blk + 6), q5_high(blk + 2));
+    if constexpr (T == DType::Q5_0) return q5_codes(blk + 2);
     return unpack_b32(T, blk);
   }
   // The f16 at offset `at` of blocks b0 .. b0 + n - 1 (n <= 8), zero padded.
