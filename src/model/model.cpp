@@ -260,8 +260,6 @@ void Model::build(const LoadOptions& opts) {
               "tensor '%s' is not used by the '%s' model block; refusing a model it would change", t.name.c_str(),
               c.arch.c_str());
   used_.clear();
-  // The CUDA forward implements the plain Llama block only (empty: it runs there).
-  cuda_limit_ = non_llama_feature(src_);
 
   // The dominant weight type (most bytes among the layer matrices).
   std::map<DType, uint64_t> bytes_by_type;
@@ -302,17 +300,12 @@ void Model::build(const LoadOptions& opts) {
   cpu_backend_ = cpu::make_backend(*this);
 
   // Device: CUDA on request (errors propagate), or under AUTO when a device
-  // exists (a failure there logs a warning and stays on the CPU). A block
-  // the CUDA forward does not implement yet runs on the CPU under AUTO and
-  // is refused under LLM_DEVICE_CUDA.
+  // exists (a failure there, such as a weight type the device cannot hold,
+  // logs a warning and stays on the CPU). The CUDA forward honours every
+  // block-spec field, as the CPU one does.
   const bool want_cuda =
       opts.device == LLM_DEVICE_CUDA || (opts.device == LLM_DEVICE_AUTO && cuda::device_count(nullptr) > 0);
-  if (want_cuda && !cuda_limit_.empty()) {
-    LLM_CHECK(opts.device != LLM_DEVICE_CUDA, LLM_ERR_UNSUPPORTED,
-              "the CUDA backend does not run the '%s' block yet (%s); use LLM_DEVICE_CPU or AUTO", c.arch.c_str(),
-              cuda_limit_.c_str());
-    log_.log(LLM_LOG_INFO, "running '%s' on the CPU: the CUDA backend lacks %s", c.arch.c_str(), cuda_limit_.c_str());
-  } else if (want_cuda) {
+  if (want_cuda) {
     cuda::BackendOptions bo;
     bo.kv_budget_bytes = opts.kv_budget_bytes;
     bo.page_tokens = g.page_tokens;

@@ -103,8 +103,6 @@ class Model {
   const float* output_norm() const { return output_norm_; }      // [dim]
   const std::vector<LayerWeights>& layers() const { return layers_; }
   const BlockSpec& spec() const { return src_.config.spec; }
-  // Empty when the CUDA backend can run this model's block; else what it lacks.
-  const std::string& cuda_limit() const { return cuda_limit_; }
   uint64_t n_params() const { return n_params_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
   DType weight_type() const { return weight_type_; }
@@ -138,7 +136,6 @@ class Model {
   std::vector<Buffer<float>> converted_;  // norm vectors converted to f32
   std::vector<float> inv_freq_global_, inv_freq_local_;  // [rope_dims / 2] each
   std::set<std::string> used_;            // tensors the spec consumed
-  std::string cuda_limit_;
   HugePageBlock weight_block_;            // the matrices, when copied for CPU decode
   uint64_t n_params_ = 0, weight_bytes_ = 0;
   DType weight_type_ = DType::F32;

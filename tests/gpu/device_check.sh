@@ -4,7 +4,9 @@
 #
 #  1. builds for the local GPU only (-DLLM_CUDA_ARCHS=native) the targets it needs,
 #  2. runs the GPU tests (ctest -L cuda), the Backend contract on the device
-#     (tests/engine/backend_contract_test.cpp) and the CPU-side CUDA tests,
+#     (tests/engine/backend_contract_test.cpp), every model family's tiny
+#     model against llama.cpp's logits on the device (tests/model/family_test.cpp)
+#     and the CPU-side CUDA tests,
 #  3. benchmarks synthetic tinyllama-1.1b and llama-3-8b in q4 / q8 / f16
 #     (made by llm-convert --synthetic): pp512, tg128 at batch 1 / 8 / 32
 #     through the backend directly (llm_gpu_bench), and, when llm-bench is
@@ -56,7 +58,7 @@ if ! timeout 120 cmake -S "$ROOT" -B "$BUILD" -DLLM_CUDA=ON -DLLM_CUDA_ARCHS="$A
   say "FAILED: configure (log: $LOG/configure.log)"
   exit 1
 fi
-TARGETS=(llm_gpu_tests llm_gpu_cpu_tests llm_gpu_bench llm-convert llm_engine_tests)
+TARGETS=(llm_gpu_tests llm_gpu_cpu_tests llm_gpu_bench llm-convert llm_engine_tests llm_model_tests)
 HAVE_LLM_BENCH=0
 if [[ -f $ROOT/src/cli/llm-bench.cpp ]]; then TARGETS+=(llm-bench); HAVE_LLM_BENCH=1; fi
 say "build ${TARGETS[*]} with $JOBS jobs"
@@ -79,6 +81,10 @@ say "Backend contract on the device (llm_engine_tests Backends/*cuda*)"
 timeout 120 "$BUILD/bin/llm_engine_tests" --gtest_filter='Backends/BackendContract.*cuda*' --gtest_brief=1 \
   >"$LOG/contract.log" 2>&1
 add "backend contract (cuda): $(grep -E "PASSED|FAILED|SKIPPED" "$LOG/contract.log" | head -3 | tr '\n' ' ')"
+say "model families on the device (llm_model_tests LlamaCpp/FamilyOn.*_Cuda: llama.cpp's logits, eviction)"
+timeout 120 "$BUILD/bin/llm_model_tests" --gtest_filter='LlamaCpp/FamilyOn.*_Cuda' --gtest_brief=1 \
+  >"$LOG/families.log" 2>&1
+add "model families on cuda: $(grep -E "PASSED|FAILED|SKIPPED" "$LOG/families.log" | head -3 | tr '\n' ' ')"
 say "CPU-side CUDA tests"
 timeout 60 "$BUILD/bin/llm_gpu_cpu_tests" --gtest_brief=1 >"$LOG/cpu-tests.log" 2>&1
 add "cpu-side cuda tests: $(grep -E "PASSED|FAILED" "$LOG/cpu-tests.log" | head -2 | tr '\n' ' ')"

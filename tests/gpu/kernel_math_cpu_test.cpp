@@ -285,16 +285,61 @@ TEST(CudaElementMath, RmsNormSiluRopeAreBitExactWithCpuOps) {
   cpu::silu_mul(a_ref.data(), b.data(), int64_t(a.size()));
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(bits(silu_mul(a[i], b[i])), bits(a_ref[i])) << i;
 
-  for (float theta : {10000.f, 500000.f}) {
-    for (int32_t hd : {8, 64, 128}) {
-      for (int64_t pos : {int64_t(0), int64_t(1), int64_t(17), int64_t(4095), int64_t(-37), int64_t(100000)}) {
-        std::vector<float> h(static_cast<size_t>(hd)), ref;
-        for (float& v : h) v = nd(rng);
-        ref = h;
-        cpu::rope_head(ref.data(), hd, pos, theta);
-        for (int32_t i = 0; i < hd; i += 2) rope_pair(&h[size_t(i)], &h[size_t(i + 1)], i, hd, pos, theta);
-        for (int32_t i = 0; i < hd; ++i) ASSERT_EQ(bits(h[size_t(i)]), bits(ref[size_t(i)])) << "pos " << pos;
+  // RoPE of every spec kind: interleaved and NeoX pairs, partial rotary
+  // dimensions, a per-layer frequency table and YaRN/LongRoPE's mscale.
+  std::uniform_real_distribution<float> ud(0.0001f, 1.0f);
+  for (int32_t kind : {0, 1}) {
+    for (int32_t hd : {8, 16, 64, 128, 256}) {
+      for (int32_t rd : {hd, hd * 3 / 4 / 2 * 2}) {
+        for (float mscale : {1.0f, 1.2079f}) {
+          std::vector<float> f(size_t(rd / 2));
+          for (float& v : f) v = ud(rng);
+          const cpu::Rope r{kind, hd, rd, f.data(), mscale};
+          for (int64_t pos : {int64_t(0), int64_t(1), int64_t(17), int64_t(4095), int64_t(-37), int64_t(100000)}) {
+            std::vector<float> h(static_cast<size_t>(hd)), ref;
+            for (float& v : h) v = nd(rng);
+            ref = h;
+            cpu::rope_head(ref.data(), r, pos);
+            for (int32_t j = 0; j < rd / 2; ++j) rope_spec_pair(h.data(), kind, rd, f.data(), mscale, j, pos);
+            for (int32_t i = 0; i < hd; ++i)
+              ASSERT_EQ(bits(h[size_t(i)]), bits(ref[size_t(i)]))
+                  << "kind " << kind << " hd " << hd << " rope_dims " << rd << " pos " << pos << " dim " << i;
+          }
+        }
       }
+    }
+  }
+}
+
+TEST(CudaElementMath, GeluSoftcapAndWindowMaskMatchTheCpuForward) {
+  std::mt19937 rng(10);
+  std::normal_distribution<float> nd(0.f, 4.f);
+  std::vector<float> a(4000), b(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = nd(rng);
+    b[i] = nd(rng);
+  }
+  a[0] = 10.0f, a[1] = -10.0f, a[2] = 9.999f, a[3] = -9.999f, a[4] = 0.0f, a[5] = 1e-8f, a[6] = 300.f, a[7] = -300.f;
+  std::vector<float> ref = a;
+  cpu::gelu_tanh_mul(ref.data(), b.data(), int64_t(a.size()));
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(bits(gelu_tanh_mul(a[i], b[i])), bits(ref[i])) << a[i];
+
+  for (float cap : {50.0f, 30.0f, 0.5f}) {
+    std::vector<float> x(a), want(a);
+    for (float& v : x) v *= 20;
+    want = x;
+    cpu::softcap(want.data(), int64_t(want.size()), cap);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bits(softcap_value(x[i], cap)), bits(want[i])) << x[i];
+  }
+
+  // cpu::attention's first attended slot is max(0, len - window) for a query
+  // at pos = len - 1; every later slot up to pos is attended.
+  for (int32_t window : {0, 1, 5, 512}) {
+    for (int64_t pos : {int64_t(0), int64_t(3), int64_t(4), int64_t(511), int64_t(512), int64_t(2000)}) {
+      const int64_t len = pos + 1, lo = std::max<int64_t>(0, window > 0 ? len - window : 0);
+      EXPECT_EQ(attn_first_key(pos, window), lo);
+      for (int64_t t = 0; t <= pos + 2; ++t)
+        EXPECT_EQ(attn_key_visible(t, pos, window), t >= lo && t <= pos) << "window " << window << " pos " << pos;
     }
   }
 }
@@ -397,6 +442,9 @@ struct AttnCase {
   int64_t p0, n;
   bool decode;  // rows as separate sequences (R = 1, splits) vs one prefill sequence
   llm_kv_type kv;
+  int32_t window = 0;   // sliding window (0: all keys)
+  float softcap = 0;    // attention-logit softcap (0: off)
+  float scale = 0;      // query scale (0: 1 / sqrt(head_dim))
 };
 
 // Replays attention_kernel + attention_reduce_kernel on the CPU: same block
@@ -420,7 +468,7 @@ std::vector<float> attention_emulated(const AttnCase& c, const kv::Geometry& g, 
     rows_per_block = prefill_rows_per_block(group, hd);
     EXPECT_GE(rows_per_block, 1);
   }
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const float scale = c.scale > 0 ? c.scale : 1.0f / std::sqrt(float(hd));
   std::vector<float> out(size_t(c.n * q_ld), NAN);
   std::vector<float> part_ml(size_t(c.n * c.n_heads * n_splits * 2)), part_acc(size_t(c.n * c.n_heads * n_splits * hd));
   auto load = [&](int32_t p, int kvi, int kvh, float* dst) {
@@ -445,8 +493,11 @@ std::vector<float> attention_emulated(const AttnCase& c, const kv::Geometry& g, 
         const int nq = n_rows * group;
         EXPECT_LE(nq * hd, kAttnThreads * kAttnMaxAcc);
         EXPECT_LE(nq, kAttnMaxQueries);
-        int32_t n_keys = 0;
-        for (int r = 0; r < n_rows; ++r) n_keys = std::max(n_keys, pos[size_t(r0 + r)] + 1);
+        int32_t n_keys = 0, k_first = 0x7fffffff;
+        for (int r = 0; r < n_rows; ++r) {
+          n_keys = std::max(n_keys, pos[size_t(r0 + r)] + 1);
+          k_first = std::min(k_first, int32_t(attn_first_key(pos[size_t(r0 + r)], c.window)));
+        }
         int32_t kb, ke;
         split_range(split, split_tokens, n_keys, &kb, &ke);
         std::vector<float> sq(size_t(nq * hd)), m(size_t(nq), -INFINITY), l(size_t(nq), 0.f), acc(size_t(nq * hd), 0.f);
@@ -458,6 +509,7 @@ std::vector<float> attention_emulated(const AttnCase& c, const kv::Geometry& g, 
         std::vector<float> kt(size_t(kAttnTile * hd)), vt(size_t(kAttnTile * hd)), sp(static_cast<size_t>(kAttnTile));
         for (int32_t t0 = kb; t0 < ke; t0 += kAttnTile) {
           const int nt = std::min(kAttnTile, ke - t0);
+          if (t0 + nt <= k_first) continue;
           for (int tt = 0; tt < nt; ++tt) {
             load(t0 + tt, 0, kvh, kt.data() + tt * hd);
             load(t0 + tt, 1, kvh, vt.data() + tt * hd);
@@ -466,10 +518,10 @@ std::vector<float> attention_emulated(const AttnCase& c, const kv::Geometry& g, 
             float mt = -INFINITY;
             for (int tt = 0; tt < kAttnTile; ++tt) {
               float s = -INFINITY;
-              if (tt < nt && t0 + tt <= pos[size_t(r0 + qi / group)]) {
+              if (tt < nt && attn_key_visible(t0 + tt, pos[size_t(r0 + qi / group)], c.window)) {
                 float dot = 0.f;
                 for (int d = 0; d < hd; ++d) dot += sq[size_t(qi * hd + d)] * kt[size_t(tt * hd + d)];
-                s = dot;
+                s = c.softcap > 0 ? softcap_value(dot, c.softcap) : dot;
               }
               sp[size_t(tt)] = s;
               mt = std::max(mt, s);
@@ -524,6 +576,12 @@ TEST(CudaAttention, TiledSplitAlgorithmMatchesCpuAttention) {
       {4, 4, 8, 5, 100, 3, true, LLM_KV_F16},     // decode, odd page size, MHA
       {32, 8, 128, 16, 300, 2, true, LLM_KV_F16}, // decode, Llama-3 shape, several splits
       {6, 1, 32, 7, 700, 1, true, LLM_KV_F32},    // decode, MQA, split boundary not on a page
+      // Gemma-style layers: sliding windows (whole tiles and splits before them
+      // hold no visible key), softcapped scores, a query scale of their own.
+      {8, 4, 32, 16, 0, 70, false, LLM_KV_F16, 24, 50.f, 0.0625f},     // prefill, window inside the chunk
+      {8, 4, 32, 16, 100, 40, false, LLM_KV_F32, 8, 0.f, 0.f},         // chunk after a prefix, window 8
+      {4, 1, 256, 16, 1500, 3, true, LLM_KV_F16, 512, 0.f, 0.0625f},   // decode, Gemma 3 270M shape, window 512
+      {4, 2, 16, 16, 900, 2, true, LLM_KV_F32, 1, 30.f, 0.f},          // decode, window 1: only itself
   };
   std::mt19937 rng(21);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -563,6 +621,9 @@ TEST(CudaAttention, TiledSplitAlgorithmMatchesCpuAttention) {
     a.n = c.n;
     a.p0 = c.p0;
     a.out = want.data();
+    a.window = c.window;
+    a.softcap = c.softcap;
+    a.scale = c.scale;
     std::vector<std::vector<float>> scratch;
     cpu::attention(a, scratch, nullptr);
     for (int sms : {1, 132}) {
@@ -658,8 +719,10 @@ TEST(CudaSelect, ArgmaxAndTwoStageTopKMatchTheSamplerOrder) {
 
 // ---------------------------------------------------------------- eviction shift
 
-// Replays kv_shift_kernel (per (layer, K/V, head) and pair, ascending slots,
-// in place) and compares with what Session::evict_cached does row by row.
+// Replays kv_shift_kernel (per (layer, K/V, head) and thread unit, ascending
+// slots, in place) and compares with what the CPU engine's eviction does row
+// by row (cpu::rerotate_key: rope_head with the layer's table, no mscale),
+// for interleaved, NeoX and partially rotated heads with per-layer tables.
 TEST(CudaKvShift, InPlaceAscendingShiftEqualsRowByRowEviction) {
   kv::Geometry g;
   g.n_layers = 2;
@@ -667,61 +730,85 @@ TEST(CudaKvShift, InPlaceAscendingShiftEqualsRowByRowEviction) {
   g.head_dim = 8;
   g.page_tokens = 8;
   const KvGeom dg{g.n_layers, g.n_kv_heads, g.head_dim, g.page_tokens};
-  const float theta = 10000.f;
   const int32_t len = 50, n_keep = 4, n_discard = 7;  // moved ranges overlap (7 < 39)
-  kv::PagePool pool(g, uint64_t(1) << 24);
-  std::vector<kv::Page*> pages, expect;
-  const size_t np = size_t((len + g.page_tokens - 1) / g.page_tokens);
-  ASSERT_TRUE(pool.acquire(LLM_KV_F16, np, pages));
-  ASSERT_TRUE(pool.acquire(LLM_KV_F16, np, expect));
-  std::mt19937 rng(23);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> row(8);
-  for (int32_t t = 0; t < len; ++t)
-    for (int l = 0; l < 2; ++l)
-      for (int kvi = 0; kvi < 2; ++kvi)
-        for (int h = 0; h < 2; ++h) {
-          for (float& v : row) v = nd(rng);
-          kv::store_row(g, pages[size_t(t / 8)], l, kvi, h, t % 8, row.data());
+  struct RopeCase {
+    int32_t kind, rope_dims;
+  };
+  for (const RopeCase rc : {RopeCase{0, 8}, RopeCase{1, 8}, RopeCase{1, 6}, RopeCase{0, 4}}) {
+    SCOPED_TRACE("kind " + std::to_string(rc.kind) + " rope_dims " + std::to_string(rc.rope_dims));
+    const int32_t rhalf = rc.rope_dims / 2;
+    std::vector<float> table(size_t(g.n_layers * rhalf));  // [layer][pair], as the backend uploads it
+    for (int32_t l = 0; l < g.n_layers; ++l)
+      for (int32_t j = 0; j < rhalf; ++j)
+        table[size_t(l * rhalf + j)] = 1.0f / std::pow(l == 0 ? 10000.f : 1e6f, float(2 * j) / float(rc.rope_dims));
+    kv::PagePool pool(g, uint64_t(1) << 24);
+    std::vector<kv::Page*> pages, expect;
+    const size_t np = size_t((len + g.page_tokens - 1) / g.page_tokens);
+    ASSERT_TRUE(pool.acquire(LLM_KV_F16, np, pages));
+    ASSERT_TRUE(pool.acquire(LLM_KV_F16, np, expect));
+    std::mt19937 rng(23);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> row(8);
+    for (int32_t t = 0; t < len; ++t)
+      for (int l = 0; l < 2; ++l)
+        for (int kvi = 0; kvi < 2; ++kvi)
+          for (int h = 0; h < 2; ++h) {
+            for (float& v : row) v = nd(rng);
+            kv::store_row(g, pages[size_t(t / 8)], l, kvi, h, t % 8, row.data());
+          }
+    // Expected, as the CPU engine moves rows (load, re-rotate K, store).
+    for (int32_t src = n_keep + n_discard; src < len; ++src) {
+      const int32_t dst = src - n_discard;
+      for (int l = 0; l < 2; ++l)
+        for (int kvi = 0; kvi < 2; ++kvi)
+          for (int h = 0; h < 2; ++h) {
+            kv::load_row(g, pages[size_t(src / 8)], l, kvi, h, src % 8, row.data());
+            const cpu::Rope r{rc.kind, 8, rc.rope_dims, table.data() + l * rhalf, 1.0f};
+            if (kvi == 0) cpu::rope_head(row.data(), r, -int64_t(n_discard));
+            kv::store_row(g, expect[size_t(dst / 8)], l, kvi, h, dst % 8, row.data());
+          }
+    }
+    // The kernel's loop, in place.
+    const int32_t units = rhalf + (g.head_dim - rc.rope_dims);
+    for (int32_t blk = 0; blk < g.n_layers * 2 * g.n_kv_heads; ++blk) {
+      const int32_t head = blk % g.n_kv_heads, kvi = (blk / g.n_kv_heads) % 2, layer = blk / (2 * g.n_kv_heads);
+      const float* inv_freq = table.data() + layer * rhalf;
+      for (int32_t u = 0; u < units; ++u) {
+        int32_t d0, d1 = -1;
+        if (u < rhalf)
+          rope_pair_dims(rc.kind, rc.rope_dims, u, &d0, &d1);
+        else
+          d0 = rc.rope_dims + (u - rhalf);
+        for (int32_t t = 0; t < len - n_keep - n_discard; ++t) {
+          const int32_t src = n_keep + n_discard + t, dst = src - n_discard;
+          uint16_t* ps = reinterpret_cast<uint16_t*>(pages[size_t(kv_page_of(src, 8))]->data);
+          uint16_t* pd = reinterpret_cast<uint16_t*>(pages[size_t(kv_page_of(dst, 8))]->data);
+          const int64_t rs = kv_row_index(dg, layer, kvi, head, kv_slot_of(src, 8)) * 8;
+          const int64_t rd = kv_row_index(dg, layer, kvi, head, kv_slot_of(dst, 8)) * 8;
+          float v0 = f16_bits_to_float(ps[rs + d0]);
+          if (d1 < 0) {
+            pd[rd + d0] = float_to_f16_bits(v0);
+            continue;
+          }
+          float v1 = f16_bits_to_float(ps[rs + d1]);
+          if (kvi == 0) rope_rotate_scaled(&v0, &v1, -float(n_discard) * inv_freq[u], 1.0f);
+          pd[rd + d0] = float_to_f16_bits(v0);
+          pd[rd + d1] = float_to_f16_bits(v1);
         }
-  // Expected, as the CPU engine moves rows (load, rope_head(-n_discard) for K, store).
-  for (int32_t src = n_keep + n_discard; src < len; ++src) {
-    const int32_t dst = src - n_discard;
-    for (int l = 0; l < 2; ++l)
-      for (int kvi = 0; kvi < 2; ++kvi)
-        for (int h = 0; h < 2; ++h) {
-          kv::load_row(g, pages[size_t(src / 8)], l, kvi, h, src % 8, row.data());
-          if (kvi == 0) cpu::rope_head(row.data(), 8, -int64_t(n_discard), theta);
-          kv::store_row(g, expect[size_t(dst / 8)], l, kvi, h, dst % 8, row.data());
-        }
-  }
-  // The kernel's loop, in place.
-  for (int32_t blk = 0; blk < g.n_layers * 2 * g.n_kv_heads; ++blk) {
-    const int32_t head = blk % g.n_kv_heads, kvi = (blk / g.n_kv_heads) % 2, layer = blk / (2 * g.n_kv_heads);
-    for (int32_t j = 0; j < g.head_dim / 2; ++j)
-      for (int32_t t = 0; t < len - n_keep - n_discard; ++t) {
-        const int32_t src = n_keep + n_discard + t, dst = src - n_discard;
-        uint16_t* ps = reinterpret_cast<uint16_t*>(pages[size_t(kv_page_of(src, 8))]->data);
-        uint16_t* pd = reinterpret_cast<uint16_t*>(pages[size_t(kv_page_of(dst, 8))]->data);
-        const int64_t es = kv_row_index(dg, layer, kvi, head, kv_slot_of(src, 8)) * 8 + 2 * j;
-        const int64_t ed = kv_row_index(dg, layer, kvi, head, kv_slot_of(dst, 8)) * 8 + 2 * j;
-        float v0 = f16_bits_to_float(ps[es]), v1 = f16_bits_to_float(ps[es + 1]);
-        if (kvi == 0) rope_pair(&v0, &v1, 2 * j, 8, -int64_t(n_discard), theta);
-        pd[ed] = float_to_f16_bits(v0);
-        pd[ed + 1] = float_to_f16_bits(v1);
       }
+    }
+    std::vector<float> a(8), b(8);
+    for (int32_t dst = n_keep; dst < len - n_discard; ++dst)
+      for (int l = 0; l < 2; ++l)
+        for (int kvi = 0; kvi < 2; ++kvi)
+          for (int h = 0; h < 2; ++h) {
+            kv::load_row(g, pages[size_t(dst / 8)], l, kvi, h, dst % 8, a.data());
+            kv::load_row(g, expect[size_t(dst / 8)], l, kvi, h, dst % 8, b.data());
+            for (int d = 0; d < 8; ++d) ASSERT_EQ(bits(a[size_t(d)]), bits(b[size_t(d)])) << "slot " << dst;
+          }
+    for (kv::Page* p : pages) pool.release(p);
+    for (kv::Page* p : expect) pool.release(p);
   }
-  std::vector<float> a(8), b(8);
-  for (int32_t dst = n_keep; dst < len - n_discard; ++dst)
-    for (int l = 0; l < 2; ++l)
-      for (int kvi = 0; kvi < 2; ++kvi)
-        for (int h = 0; h < 2; ++h) {
-          kv::load_row(g, pages[size_t(dst / 8)], l, kvi, h, dst % 8, a.data());
-          kv::load_row(g, expect[size_t(dst / 8)], l, kvi, h, dst % 8, b.data());
-          for (int d = 0; d < 8; ++d) ASSERT_EQ(bits(a[size_t(d)]), bits(b[size_t(d)])) << "slot " << dst;
-        }
-  for (kv::Page* p : pages) pool.release(p);
-  for (kv::Page* p : expect) pool.release(p);
 }
 
 }  // namespace

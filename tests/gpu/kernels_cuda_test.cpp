@@ -236,10 +236,19 @@ TEST_F(CudaKernel, RmsNormSwigluConvertMatchCpu) {
     }
   cpu::silu_mul(want.data(), up.data(), n * hidden);
   DeviceBuffer dgu = to_device(gu), dh(want.size() * 4);
-  ASSERT_EQ(launch_swiglu(dgu.as<float>(), n, hidden, dh.as<float>(), st_), cudaSuccess);
+  ASSERT_EQ(launch_gated(dgu.as<float>(), n, hidden, false, dh.as<float>(), st_), cudaSuccess);
   sync();
   const std::vector<float> h = to_host<float>(dh, want.size());
   for (size_t i = 0; i < h.size(); ++i) ASSERT_NEAR(h[i], want[i], 1e-6 * (1 + std::fabs(want[i])));
+  // GELU: the device tanh may differ from the host's in the last bit, which
+  // the f16 rounding of the result almost always absorbs.
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < hidden; ++j) want[size_t(r * hidden + j)] = gu[size_t(r * 2 * hidden + j)];
+  cpu::gelu_tanh_mul(want.data(), up.data(), n * hidden);
+  ASSERT_EQ(launch_gated(dgu.as<float>(), n, hidden, true, dh.as<float>(), st_), cudaSuccess);
+  sync();
+  const std::vector<float> hg = to_host<float>(dh, want.size());
+  for (size_t i = 0; i < hg.size(); ++i) ASSERT_NEAR(hg[i], want[i], 1e-3 * (1 + std::fabs(want[i])));
 
   std::vector<float> v = randn(1001, 4, 100.f);
   v[0] = 70000.f;  // f16 overflow -> inf, as the CPU conversion
@@ -249,6 +258,65 @@ TEST_F(CudaKernel, RmsNormSwigluConvertMatchCpu) {
     sync();
     const std::vector<uint16_t> c = to_host<uint16_t>(dc, v.size());
     for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(c[i], bf16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]));
+  }
+}
+
+// The block-spec extras: QK-norm (per head, strided rows), biases, the
+// residual with bias and post-norm, embedding scale and final softcap.
+TEST_F(CudaKernel, SpecElementwiseKernelsMatchCpu) {
+  const int64_t n = 5, n_heads = 3, hd = 32, ld = n_heads * hd + 24;  // heads inside a wider qkv row
+  const float eps = 1e-6f;
+  std::vector<float> x = randn(size_t(n * ld), 21, 2.f);
+  const std::vector<float> w = randn(size_t(hd), 22);
+  std::vector<float> want = x;
+  for (int64_t r = 0; r < n; ++r) cpu::rmsnorm(&want[size_t(r * ld)], &x[size_t(r * ld)], w.data(), n_heads, hd, eps);
+  DeviceBuffer dx = to_device(x), dw = to_device(w);
+  ASSERT_EQ(launch_head_rmsnorm(dx.as<float>(), ld, n, int32_t(n_heads), int32_t(hd), dw.as<float>(), eps, st_),
+            cudaSuccess);
+  sync();
+  std::vector<float> got = to_host<float>(dx, x.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
+
+  const std::vector<float> b = randn(size_t(ld - 8), 23);
+  want = x;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < ld - 8; ++c) want[size_t(r * ld + c)] += b[size_t(c)];
+  DeviceBuffer dx2 = to_device(x), db = to_device(b);
+  ASSERT_EQ(launch_add_bias(dx2.as<float>(), ld, n, db.as<float>(), ld - 8, st_), cudaSuccess);
+  sync();
+  got = to_host<float>(dx2, x.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
+
+  const int64_t dim = 640;
+  const std::vector<float> y = randn(size_t(n * dim), 24, 3.f), res = randn(size_t(n * dim), 25),
+                           bias = randn(size_t(dim), 26), nw = randn(size_t(dim), 27);
+  for (int variant = 0; variant < 3; ++variant) {  // bias only, norm only, both
+    const bool with_bias = variant != 1, with_norm = variant != 0;
+    std::vector<float> o = y, expect = res;
+    if (with_bias) cpu::add_bias(o.data(), bias.data(), n, dim);
+    if (with_norm) cpu::rmsnorm(o.data(), o.data(), nw.data(), n, dim, eps);
+    for (size_t i = 0; i < o.size(); ++i) expect[i] += o[i];
+    DeviceBuffer dy = to_device(y), dres = to_device(res), dbias = to_device(bias), dnw = to_device(nw);
+    ASSERT_EQ(launch_residual(dy.as<float>(), with_bias ? dbias.as<float>() : nullptr,
+                              with_norm ? dnw.as<float>() : nullptr, n, dim, eps, dres.as<float>(), st_),
+              cudaSuccess);
+    sync();
+    got = to_host<float>(dres, expect.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], expect[i], 1e-5 * (1 + std::fabs(expect[i]))) << "variant " << variant << " " << i;
+  }
+
+  std::vector<float> v = randn(3000, 28, 40.f), sv = v, cv = v;
+  for (float& e : sv) e *= 25.2982f;
+  cpu::softcap(cv.data(), int64_t(cv.size()), 30.f);
+  DeviceBuffer ds = to_device(v), dc = to_device(v);
+  ASSERT_EQ(launch_scale(ds.as<float>(), int64_t(v.size()), 25.2982f, st_), cudaSuccess);
+  ASSERT_EQ(launch_softcap(dc.as<float>(), int64_t(v.size()), 30.f, st_), cudaSuccess);
+  sync();
+  const std::vector<float> gs = to_host<float>(ds, v.size()), gc = to_host<float>(dc, v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    ASSERT_EQ(gs[i], sv[i]) << i;
+    ASSERT_NEAR(gc[i], cv[i], 1e-5 * (1 + std::fabs(cv[i]))) << i;
   }
 }
 
@@ -322,7 +390,19 @@ struct DevPages {
 KvGeom dev_geom(const kv::Geometry& g) { return KvGeom{g.n_layers, g.n_kv_heads, g.head_dim, g.page_tokens}; }
 
 TEST_F(CudaKernel, RopeAndKvStoreMatchCpu) {
-  for (llm_kv_type kt : {LLM_KV_F16, LLM_KV_F32}) {
+  struct RopeCase {
+    llm_kv_type kt;
+    int32_t kind, rope_dims;
+    float mscale;
+  };
+  for (const RopeCase rc : {RopeCase{LLM_KV_F16, 0, 16, 1.0f}, RopeCase{LLM_KV_F32, 0, 16, 1.0f},
+                            RopeCase{LLM_KV_F16, 1, 12, 1.2f}, RopeCase{LLM_KV_F32, 1, 16, 1.0f}}) {
+    SCOPED_TRACE("kind " + std::to_string(rc.kind) + " rope_dims " + std::to_string(rc.rope_dims));
+    const llm_kv_type kt = rc.kt;
+    std::vector<float> inv_freq(size_t(rc.rope_dims / 2));
+    for (size_t j = 0; j < inv_freq.size(); ++j) inv_freq[j] = 1.0f / std::pow(10000.f, float(2 * j) / float(rc.rope_dims));
+    const cpu::Rope rope{rc.kind, 16, rc.rope_dims, inv_freq.data(), rc.mscale};
+    DeviceBuffer dfreq = to_device(inv_freq);
     kv::Geometry g;
     g.n_layers = 2;
     g.n_kv_heads = 2;
@@ -351,8 +431,8 @@ TEST_F(CudaKernel, RopeAndKvStoreMatchCpu) {
       std::copy_n(qkv.begin() + i * ld + n_heads * hd, 2 * hd, k.begin() + i * 2 * hd);
       std::copy_n(qkv.begin() + i * ld + (n_heads + 2) * hd, 2 * hd, v.begin() + i * 2 * hd);
     }
-    cpu::rope(q.data(), n, n_heads, hd, pos.data(), 10000.f);
-    cpu::rope(k.data(), n, 2, hd, pos.data(), 10000.f);
+    cpu::rope(q.data(), n, n_heads, rope, pos.data());
+    cpu::rope(k.data(), n, 2, rope, pos.data());
     for (int64_t i = 0; i < n; ++i)
       for (int h = 0; h < 2; ++h) {
         kv::store_row(g, host[size_t(pos[size_t(i)] / 4)], 1, 0, h, pos[size_t(i)] % 4, k.data() + (i * 2 + h) * hd);
@@ -366,7 +446,7 @@ TEST_F(CudaKernel, RopeAndKvStoreMatchCpu) {
     a.n_heads = n_heads;
     a.n_kv_heads = 2;
     a.head_dim = hd;
-    a.theta = 10000.f;
+    a.rope = RopeSpec{dfreq.as<float>(), rc.kind, rc.rope_dims, rc.mscale};
     a.pos = dpos.as<int32_t>();
     a.pages = PageTables{dp.table.as<uint8_t*>(), int32_t(np), n};
     a.geom = dev_geom(g);
@@ -399,12 +479,20 @@ TEST_F(CudaKernel, AttentionPrefillTilesAndDecodeSplitsMatchCpu) {
     int64_t p0, n;
     bool decode;
     llm_kv_type kv;
+    int32_t window = 0;
+    float softcap = 0.f, scale = 0.f;
   };
   const Case cases[] = {
       {8, 2, 16, 16, 0, 37, false, LLM_KV_F16},   {8, 2, 16, 16, 40, 70, false, LLM_KV_F32},
       {4, 4, 8, 5, 100, 3, true, LLM_KV_F16},     {32, 8, 128, 16, 300, 2, true, LLM_KV_F16},
       {6, 1, 32, 7, 700, 1, true, LLM_KV_F32},    {2, 2, 4, 16, 20, 5, false, LLM_KV_F16},  // head_dim 4: scalar loads
       {32, 8, 128, 16, 0, 512, false, LLM_KV_F16},
+      // sliding windows, softcaps and query scales (Gemma 2 / 3)
+      {8, 4, 32, 16, 0, 70, false, LLM_KV_F16, 24, 50.f, 0.0625f},
+      {8, 4, 32, 16, 100, 40, false, LLM_KV_F32, 8, 0.f, 0.f},
+      {4, 1, 256, 16, 0, 600, false, LLM_KV_F16, 512, 0.f, 0.0625f},  // Gemma 3 270M shape, prompt past the window
+      {4, 1, 256, 16, 1500, 3, true, LLM_KV_F16, 512, 0.f, 0.0625f},
+      {4, 2, 16, 16, 900, 2, true, LLM_KV_F32, 1, 30.f, 0.f},
   };
   std::mt19937 rng(21);
   for (const Case& c : cases) {
@@ -441,6 +529,9 @@ TEST_F(CudaKernel, AttentionPrefillTilesAndDecodeSplitsMatchCpu) {
     ca.n = c.n;
     ca.p0 = c.p0;
     ca.out = want.data();
+    ca.window = c.window;
+    ca.softcap = c.softcap;
+    ca.scale = c.scale;
     std::vector<std::vector<float>> scratch;
     cpu::attention(ca, scratch, nullptr);
 
@@ -462,7 +553,9 @@ TEST_F(CudaKernel, AttentionPrefillTilesAndDecodeSplitsMatchCpu) {
     a.layer = 1;
     a.kv_f32 = c.kv == LLM_KV_F32;
     a.n_heads = c.n_heads;
-    a.scale = 1.0f / std::sqrt(float(c.hd));
+    a.scale = c.scale > 0 ? c.scale : 1.0f / std::sqrt(float(c.hd));
+    a.softcap = c.softcap;
+    a.window = c.window;
     a.n_rows = c.n;
     a.out = dout.as<float>();
     a.out_ld = a.q_ld;
@@ -517,7 +610,16 @@ TEST_F(CudaKernel, KvShiftMatchesRowByRowEviction) {
   a.first_moved = n_keep + n_discard;
   a.n_moved = len - n_keep - n_discard;
   a.delta = n_discard;
-  a.theta = 10000.f;
+  // NeoX pairs over 6 of 8 dimensions, a table per layer (as the backend's).
+  const int32_t rope_dims = 6;
+  std::vector<float> table(size_t(2 * rope_dims / 2));
+  for (int l = 0; l < 2; ++l)
+    for (int j = 0; j < rope_dims / 2; ++j)
+      table[size_t(l * rope_dims / 2 + j)] = 1.0f / std::pow(l == 0 ? 1e4f : 1e6f, float(2 * j) / float(rope_dims));
+  DeviceBuffer dtable = to_device(table);
+  a.inv_freq = dtable.as<float>();
+  a.rope_kind = 1;
+  a.rope_dims = rope_dims;
   ASSERT_EQ(launch_kv_shift(a, st_), cudaSuccess);
   sync();
   dp.download(got);
@@ -528,7 +630,8 @@ TEST_F(CudaKernel, KvShiftMatchesRowByRowEviction) {
         for (int h = 0; h < 2; ++h) {
           const int32_t src = dst + n_discard;
           kv::load_row(g, pages[size_t(src / 8)], l, kvi, h, src % 8, want.data());
-          if (kvi == 0) cpu::rope_head(want.data(), 8, -int64_t(n_discard), 10000.f);
+          const cpu::Rope r{1, 8, rope_dims, table.data() + l * rope_dims / 2, 1.0f};
+          if (kvi == 0) cpu::rope_head(want.data(), r, -int64_t(n_discard));
           kv::load_row(g, got[size_t(dst / 8)], l, kvi, h, dst % 8, have.data());
           for (int d = 0; d < 8; ++d) ASSERT_NEAR(have[size_t(d)], want[size_t(d)], 2e-3 * (1 + std::fabs(want[size_t(d)])));
         }

@@ -20,7 +20,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cuda/cuda_backend.h"
 #include "engine/session.h"
+#include "format/family_spec.h"
 #include "format/gguf.h"
 #include "model/model.h"
 #include "convert/llm_file_writer.h"
@@ -35,15 +37,27 @@ using llm::testing::relative_error;
 
 class Family : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(Family, LogitsAndGreedyMatchLlamaCpp) {
-  const std::string name = GetParam();
+// The same checks on each backend: the CPU, and the CUDA backend where a
+// device is visible (tests/gpu/device_check.sh runs these; they skip elsewhere).
+class FamilyOn : public ::testing::TestWithParam<std::tuple<const char*, llm_device>> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (device() == LLM_DEVICE_CUDA && llm::cuda::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  }
+  std::string name() const { return std::get<0>(GetParam()); }
+  llm_device device() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(FamilyOn, LogitsAndGreedyMatchLlamaCpp) {
+  const std::string name = this->name();
   std::ifstream f(data_dir() + name + ".json");
   ASSERT_TRUE(f.good()) << name;
   const nlohmann::json ref = nlohmann::json::parse(f);
   const std::string path = data_dir() + ref.at("model_file").get<std::string>();
   llm_load_params lp;
   llm_load_params_init(&lp);
-  lp.device = LLM_DEVICE_CPU;
+  lp.device = device();
   lp.flags |= LLM_LOAD_REFERENCE_MATH;
   llm_model* m = nullptr;
   ASSERT_EQ(llm_load(path.c_str(), &lp, &m), LLM_OK) << llm_last_error();
@@ -105,9 +119,10 @@ TEST_P(Family, LogitsAndGreedyMatchLlamaCpp) {
 // key of a token depends only on the token and its position, so after
 // evicting, every layer-0 key equals the one a fresh session computes for
 // the kept tokens at those positions.
-TEST_P(Family, EvictedKeysEqualFreshKeysAtTheNewPositions) {
-  const std::string name = GetParam();
+TEST_P(FamilyOn, EvictedKeysEqualFreshKeysAtTheNewPositions) {
+  const std::string name = this->name();
   llm::LoadOptions o;
+  o.device = device();
   o.n_threads = 1;
   o.huge_pages = false;
   o.reference_math = true;
@@ -139,10 +154,19 @@ TEST_P(Family, EvictedKeysEqualFreshKeysAtTheNewPositions) {
   EXPECT_LE(worst, 2e-5) << name;
 }
 
-INSTANTIATE_TEST_SUITE_P(LlamaCpp, Family,
-                         ::testing::Values("llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
-                                           "qwen2_yarn", "phi3_longrope"),
+#define LLM_FAMILY_NAMES                                                                                   \
+  "llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen2_yarn", "phi3_longrope"
+
+INSTANTIATE_TEST_SUITE_P(LlamaCpp, Family, ::testing::Values(LLM_FAMILY_NAMES),
                          [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+INSTANTIATE_TEST_SUITE_P(LlamaCpp, FamilyOn,
+                         ::testing::Combine(::testing::Values(LLM_FAMILY_NAMES),
+                                            ::testing::Values(LLM_DEVICE_CPU, LLM_DEVICE_CUDA)),
+                         [](const ::testing::TestParamInfo<std::tuple<const char*, llm_device>>& i) {
+                           return std::string(std::get<0>(i.param)) +
+                                  (std::get<1>(i.param) == LLM_DEVICE_CUDA ? "_Cuda" : "");
+                         });
 
 }  // namespace
 
@@ -165,8 +189,9 @@ TEST_P(Family, SpecSurvivesTheLlmFormat) {
   EXPECT_EQ(a->config().arch, b->config().arch);
   llm::testing::expect_same_block_spec(a->spec(), b->spec());
   EXPECT_EQ(a->spec().norm_offset, b->spec().norm_offset);
-  // Only the plain Llama block runs on the CUDA backend; the others say what it lacks.
-  EXPECT_EQ(a->cuda_limit().empty(), name == "llama") << a->cuda_limit();
+  // Only the plain Llama block is what the offline calibration passes run;
+  // every other family names the first feature it adds.
+  EXPECT_EQ(llm::non_llama_feature(llm::read_gguf(gguf, false, nullptr)).empty(), name == "llama");
   llm::Session s1(*a, llm::SessionOptions()), s2(*b, llm::SessionOptions());
   std::vector<int32_t> toks;
   for (int i = 0; i < 40; ++i) toks.push_back(3 + (i * 37) % 500);

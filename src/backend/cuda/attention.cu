@@ -6,7 +6,8 @@
 // Block (split s, KV head kvh, row tile z): the query vectors of rows
 // [z * R, z * R + R) for the `group` query heads that read KV head kvh.
 // Keys stream through shared memory in tiles of kAttnTile (32) tokens:
-//   scores  P[q][t] = (q . k_t) * scale      (masked: t > pos[row] -> -inf)
+//   scores  P[q][t] = (q . k_t) * scale, softcapped when the model says so
+//           (masked: t > pos[row], or before a sliding window -> -inf)
 //   online  m' = max(m, max_t P), alpha = e^(m - m'), p_t = e^(P - m'),
 //           l = l * alpha + sum p, acc = acc * alpha + sum p v_t
 // so no score matrix beyond one tile ever exists.
@@ -57,7 +58,7 @@ template <typename KvT>
 __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a, AttnSmem sm) {
   constexpr int E = 16 / int(sizeof(KvT));  // elements per 16-byte load
   extern __shared__ float smem[];
-  __shared__ int32_t s_nkeys;
+  __shared__ int32_t s_nkeys, s_kfirst;
   float* sq = smem + sm.q;
   float* sk = smem + sm.k;
   float* sv = smem + sm.v;
@@ -77,9 +78,13 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a, Att
   const uint8_t* const* table = a.pages.tables + (r0 / a.pages.rows_per_seq) * a.pages.table_stride;
 
   if (tid == 0) {
-    int32_t mx = 0;
-    for (int32_t r = 0; r < n_rows; ++r) mx = max(mx, a.pos[r0 + r] + 1);
+    int32_t mx = 0, first = 0x7fffffff;
+    for (int32_t r = 0; r < n_rows; ++r) {
+      mx = max(mx, a.pos[r0 + r] + 1);
+      first = min(first, int32_t(attn_first_key(a.pos[r0 + r], a.window)));
+    }
     s_nkeys = mx;
+    s_kfirst = first;  // tiles that end before it hold no visible key for any row
   }
   for (int32_t i = tid; i < n_out; i += kAttnThreads) {
     int32_t row, head;
@@ -100,6 +105,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a, Att
   const int32_t vec_per_row = hd / E;
   for (int32_t t0 = kb; t0 < ke; t0 += kAttnTile) {
     const int32_t nt = min(kAttnTile, ke - t0);
+    if (t0 + nt <= s_kfirst) continue;  // the same for every thread of the block
     // K and V rows of the tile -> shared memory (f32): 16-byte loads when
     // head_dim allows (rows are then 16-byte aligned), else one element each.
     if (vec_per_row * E == hd) {
@@ -132,12 +138,12 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnArgs a, Att
     for (int32_t i = tid; i < nq * kAttnTile; i += kAttnThreads) {
       const int32_t qi = i / kAttnTile, tt = i % kAttnTile;
       float s = -INFINITY;
-      if (tt < nt && t0 + tt <= a.pos[r0 + qi / group]) {
+      if (tt < nt && attn_key_visible(t0 + tt, a.pos[r0 + qi / group], a.window)) {
         const float* qv = sq + qi * hd;
         const float* kr = sk + tt * sm.k_stride;
         float dot = 0.f;
         for (int32_t d = 0; d < hd; ++d) dot += qv[d] * kr[d];
-        s = dot;
+        s = a.softcap > 0.f ? softcap_value(dot, a.softcap) : dot;
       }
       sp[i] = s;
     }

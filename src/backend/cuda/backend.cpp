@@ -53,6 +53,15 @@ class SequenceImpl final : public Sequence {
 struct LayerW {
   const float* attn_norm = nullptr;   // device [dim]
   const float* ffn_norm = nullptr;    // device [dim]
+  // Block-spec extras (format/family_spec.h), null when the layer has none:
+  const float* qkv_bias = nullptr;    // [q_dim + 2 kv_dim]: bq | bk | bv, zeros for a missing part
+  const float* bo = nullptr;          // [dim]
+  const float* q_norm = nullptr;      // [head_dim]  QK-norm
+  const float* k_norm = nullptr;      // [head_dim]
+  const float* post_attn_norm = nullptr;  // [dim]
+  const float* post_ffn_norm = nullptr;   // [dim]
+  const float* inv_freq = nullptr;    // [rope_dims / 2]: this layer's RoPE frequencies (in rope_table_)
+  int32_t window = 0;                 // sliding window (0: every position)
   std::vector<DeviceMatrix> qkv;      // one stacked [q_dim + 2 kv_dim, dim] matrix, or wq, wk, wv
   DeviceMatrix wo;                    // [dim, q_dim]
   std::vector<DeviceMatrix> gate_up;  // one stacked [2 hidden, dim] matrix, or w_gate, w_up
@@ -156,6 +165,7 @@ class BackendImpl final : public Backend {
   DeviceMatrix tok_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<LayerW> layers_;
+  DeviceBuffer rope_table_;  // [n_layers][rope_dims / 2] RoPE frequencies (also eviction's re-rotation)
   uint64_t weight_bytes_ = 0;
   uint64_t scratch_bytes_ = 0;
 
@@ -228,6 +238,9 @@ BackendImpl::BackendImpl(const Model& model, const BackendOptions& opts)
             "the CUDA backend keeps the KV cache in f16 or f32 (kv_type %d requested)", int(kv_type_));
   LLM_CHECK(c.head_dim % 2 == 0 && c.head_dim <= kAttnMaxHeadDim, LLM_ERR_UNSUPPORTED,
             "the CUDA attention needs an even head_dim <= %d (got %d)", kAttnMaxHeadDim, c.head_dim);
+  const int32_t rope_dims = c.spec.rope_dims > 0 ? c.spec.rope_dims : c.head_dim;
+  LLM_CHECK(rope_dims % 2 == 0 && rope_dims <= c.head_dim, LLM_ERR_INTERNAL, "rope_dims %d of head_dim %d", rope_dims,
+            c.head_dim);
   prefill_rows_ = prefill_rows_per_block(c.n_heads / c.n_kv_heads, c.head_dim);
   LLM_CHECK(prefill_rows_ >= 1, LLM_ERR_UNSUPPORTED, "the CUDA attention cannot hold %d query heads per KV head at head_dim %d",
             c.n_heads / c.n_kv_heads, c.head_dim);
@@ -273,6 +286,31 @@ BackendImpl::BackendImpl(const Model& model, const BackendOptions& opts)
     else
       d.gate_up = {upload({&w.w_gate}, "w_gate"), upload({&w.w_up}, "w_up")};
     d.down = upload({&w.w_down}, "w_down");
+    if (w.bq || w.bk || w.bv) {
+      std::vector<float> b(size_t(qkv_dim_), 0.0f);
+      if (w.bq) std::copy(w.bq, w.bq + q_dim_, b.begin());
+      if (w.bk) std::copy(w.bk, w.bk + kv_dim_, b.begin() + q_dim_);
+      if (w.bv) std::copy(w.bv, w.bv + kv_dim_, b.begin() + q_dim_ + kv_dim_);
+      d.qkv_bias = upload_vector(b.data(), qkv_dim_);
+    }
+    if (w.bo) d.bo = upload_vector(w.bo, c.dim);
+    if (w.q_norm) d.q_norm = upload_vector(w.q_norm, c.head_dim);
+    if (w.k_norm) d.k_norm = upload_vector(w.k_norm, c.head_dim);
+    if (w.post_attn_norm) d.post_attn_norm = upload_vector(w.post_attn_norm, c.dim);
+    if (w.post_ffn_norm) d.post_ffn_norm = upload_vector(w.post_ffn_norm, c.dim);
+    d.window = w.window;
+  }
+  {  // every layer's RoPE frequencies in one table
+    const size_t half = size_t(rope_dims / 2);
+    std::vector<float> t(size_t(c.n_layers) * half);
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      const float* f = model.layers()[size_t(l)].inv_freq;
+      LLM_CHECK(f != nullptr || half == 0, LLM_ERR_INTERNAL, "layer %d has no RoPE table", l);
+      std::copy(f, f + half, t.begin() + ptrdiff_t(size_t(l) * half));
+    }
+    rope_table_ = scratch(std::max<size_t>(t.size(), 1) * 4, "RoPE frequencies");
+    check(cudaMemcpy(rope_table_.get(), t.data(), t.size() * 4, cudaMemcpyHostToDevice), "upload RoPE frequencies");
+    for (int32_t l = 0; l < c.n_layers; ++l) layers_[size_t(l)].inv_freq = rope_table_.as<float>() + size_t(l) * half;
   }
 
   stage_[0] = PinnedBuffer();
@@ -547,13 +585,21 @@ void BackendImpl::forward(const StepShape& s, const std::function<bool()>* cance
   float* h = h_.as<float>();      // [n, hidden]
   const PageTables tables{tables_d_.as<uint8_t*>(), tables_cap_, s.rows_per_seq};
 
+  const BlockSpec& spec = c.spec;
   check(launch_embed(tok_embd_, tokens_d_.as<int32_t>(), n, x, stream_), "embedding");
+  if (spec.embed_scale != 1.0f) check(launch_scale(x, n * dim, spec.embed_scale, stream_), "embedding scale");
   for (int32_t l = 0; l < c.n_layers; ++l) {
     if (cancel && *cancel && (*cancel)()) fail(LLM_ERR_CANCELLED, "prefill cancelled");
     const LayerW& w = layers_[size_t(l)];
     // --- attention
     check(launch_rmsnorm(x, w.attn_norm, n, dim, c.norm_eps, xb, stream_), "rmsnorm");
     linear_parts(w.qkv, xb, n, qkv, qkv_dim_);
+    if (w.qkv_bias) check(launch_add_bias(qkv, qkv_dim_, n, w.qkv_bias, qkv_dim_, stream_), "q/k/v bias");
+    if (w.q_norm)
+      check(launch_head_rmsnorm(qkv, qkv_dim_, n, c.n_heads, c.head_dim, w.q_norm, c.norm_eps, stream_), "q norm");
+    if (w.k_norm)
+      check(launch_head_rmsnorm(qkv + q_dim_, qkv_dim_, n, c.n_kv_heads, c.head_dim, w.k_norm, c.norm_eps, stream_),
+            "k norm");
     RopeKvArgs rk;
     rk.qkv = qkv;
     rk.ld = qkv_dim_;
@@ -561,7 +607,10 @@ void BackendImpl::forward(const StepShape& s, const std::function<bool()>* cance
     rk.n_heads = c.n_heads;
     rk.n_kv_heads = c.n_kv_heads;
     rk.head_dim = c.head_dim;
-    rk.theta = c.rope_theta;
+    rk.rope.inv_freq = w.inv_freq;
+    rk.rope.kind = int32_t(spec.rope_kind);
+    rk.rope.rope_dims = spec.rope_dims > 0 ? spec.rope_dims : c.head_dim;
+    rk.rope.mscale = spec.rope_mscale;
     rk.pos = pos_d_.as<int32_t>();
     rk.pages = tables;
     rk.geom = geom_;
@@ -577,7 +626,9 @@ void BackendImpl::forward(const StepShape& s, const std::function<bool()>* cance
     a.layer = l;
     a.kv_f32 = rk.kv_f32;
     a.n_heads = c.n_heads;
-    a.scale = 1.0f / std::sqrt(float(c.head_dim));
+    a.scale = spec.attn_scale > 0 ? spec.attn_scale : 1.0f / std::sqrt(float(c.head_dim));
+    a.softcap = spec.attn_softcap;
+    a.window = w.window;
     a.n_rows = n;
     a.rows_per_block = s.rows_per_block;
     a.split_tokens = s.split_tokens;
@@ -587,16 +638,28 @@ void BackendImpl::forward(const StepShape& s, const std::function<bool()>* cance
     a.part_ml = part_ml_.as<float>();
     a.part_acc = part_acc_.as<float>();
     check(launch_attention(a, stream_), "attention");
-    linear(w.wo, att, n, x, dim, 1.f);  // x += wo . att
-    // --- feed-forward (SwiGLU)
+    if (w.bo || w.post_attn_norm) {  // x += post_norm(wo . att + bo)
+      linear(w.wo, att, n, xb, dim, 0.f);
+      check(launch_residual(xb, w.bo, w.post_attn_norm, n, dim, c.norm_eps, x, stream_), "attention residual");
+    } else {
+      linear(w.wo, att, n, x, dim, 1.f);  // x += wo . att
+    }
+    // --- feed-forward (gated SiLU or GELU)
     check(launch_rmsnorm(x, w.ffn_norm, n, dim, c.norm_eps, xb, stream_), "rmsnorm");
     linear_parts(w.gate_up, xb, n, gu, 2 * hidden);
-    check(launch_swiglu(gu, n, hidden, h, stream_), "swiglu");
-    linear(w.down, h, n, x, dim, 1.f);  // x += w_down . h
+    check(launch_gated(gu, n, hidden, spec.act == Activation::GeluTanh, h, stream_), "gated activation");
+    if (w.post_ffn_norm) {  // x += post_norm(w_down . h)
+      linear(w.down, h, n, xb, dim, 0.f);
+      check(launch_residual(xb, nullptr, w.post_ffn_norm, n, dim, c.norm_eps, x, stream_), "feed-forward residual");
+    } else {
+      linear(w.down, h, n, x, dim, 1.f);  // x += w_down . h
+    }
   }
   const int64_t first = s.decode ? 0 : n - 1, rows = s.decode ? n : 1;
   check(launch_rmsnorm(x + first * dim, output_norm_, rows, dim, c.norm_eps, xb, stream_), "rmsnorm");
   linear(output_, xb, rows, logits_.as<float>(), c.vocab_size, 0.f);
+  if (spec.final_softcap > 0)
+    check(launch_softcap(logits_.as<float>(), rows * int64_t(c.vocab_size), spec.final_softcap, stream_), "softcap");
 }
 
 // ---------------------------------------------------------------- prefill
@@ -862,7 +925,9 @@ void BackendImpl::evict(Sequence& sq, uint32_t n_keep, uint32_t n_discard) {
     a.first_moved = int32_t(n_keep + n_discard);
     a.n_moved = int32_t(moved);
     a.delta = int32_t(n_discard);
-    a.theta = cfg_.rope_theta;
+    a.inv_freq = rope_table_.as<float>();
+    a.rope_kind = int32_t(cfg_.spec.rope_kind);
+    a.rope_dims = cfg_.spec.rope_dims > 0 ? cfg_.spec.rope_dims : cfg_.head_dim;
     check(launch_kv_shift(a, stream_), "KV eviction shift");
     sync("KV eviction");
   }

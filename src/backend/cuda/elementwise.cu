@@ -1,4 +1,6 @@
-// Memory-bound per-token kernels: RMSNorm, RoPE + KV store, SwiGLU,
+// Memory-bound per-token kernels: RMSNorm (also per head, and fused into
+// the residual add), biases, scales and softcaps, RoPE + KV store, the gated
+// activation (SiLU or GELU),
 // f32 -> f16/bf16, greedy argmax, top-k, and the eviction shift of the KV
 // cache. Per-element math comes from kernel_math.h (tested on the CPU).
 #include <algorithm>
@@ -49,43 +51,86 @@ __device__ __forceinline__ void load_pair(const uint8_t* page, int64_t elem, flo
   }
 }
 
-// Block per row; threads over head pairs: q pairs (rotate), k pairs (rotate
-// + store), v pairs (store).
+// Block per row. First every rotated pair of the q and k heads turns in
+// place (threads over pairs; pairs never share an element), then K and V of
+// the row go to the page (threads over consecutive element pairs).
 template <typename KvT>
 __global__ void rope_store_kv_kernel(RopeKvArgs a) {
   const int64_t r = blockIdx.x;
-  const int32_t hd = a.head_dim, half = hd / 2;
+  const int32_t hd = a.head_dim, half = hd / 2, rhalf = a.rope.rope_dims / 2;
   const int32_t pos = a.pos[r];
   float* row = a.qkv + r * a.ld;
+  const int32_t n_rot = (a.n_heads + a.n_kv_heads) * rhalf;
+  for (int32_t idx = threadIdx.x; idx < n_rot; idx += blockDim.x)
+    rope_spec_pair(row + int64_t(idx / rhalf) * hd, a.rope.kind, a.rope.rope_dims, a.rope.inv_freq, a.rope.mscale,
+                   idx % rhalf, pos);
+  __syncthreads();
   const int64_t seq = r / a.pages.rows_per_seq;
   uint8_t* page = a.pages.tables[seq * a.pages.table_stride + kv_page_of(pos, a.geom.page_tokens)];
   const int32_t slot = kv_slot_of(pos, a.geom.page_tokens);
-  const int32_t nq = a.n_heads * half, nk = a.n_kv_heads * half;
-  for (int32_t idx = threadIdx.x; idx < nq + 2 * nk; idx += blockDim.x) {
-    if (idx < nq) {
-      const int32_t j = idx % half;
-      float* v = row + int64_t(idx / half) * hd + 2 * j;
-      rope_pair(&v[0], &v[1], 2 * j, hd, pos, a.theta);
-    } else if (idx < nq + nk) {
-      const int32_t i = idx - nq, h = i / half, j = i % half;
-      float* v = row + int64_t(a.n_heads + h) * hd + 2 * j;
-      rope_pair(&v[0], &v[1], 2 * j, hd, pos, a.theta);
-      store_pair<KvT>(page, kv_row_index(a.geom, a.layer, 0, h, slot) * hd + 2 * j, v[0], v[1]);
-    } else {
-      const int32_t i = idx - nq - nk, h = i / half, j = i % half;
-      const float* v = row + int64_t(a.n_heads + a.n_kv_heads + h) * hd + 2 * j;
-      store_pair<KvT>(page, kv_row_index(a.geom, a.layer, 1, h, slot) * hd + 2 * j, v[0], v[1]);
-    }
+  const int32_t nk = a.n_kv_heads * half;
+  for (int32_t idx = threadIdx.x; idx < 2 * nk; idx += blockDim.x) {
+    const int32_t kv = idx / nk, i = idx % nk, h = i / half, j = i % half;
+    const float* v = row + int64_t(a.n_heads + kv * a.n_kv_heads + h) * hd + 2 * j;
+    store_pair<KvT>(page, kv_row_index(a.geom, a.layer, kv, h, slot) * hd + 2 * j, v[0], v[1]);
   }
 }
 
-// ---------------------------------------------------------------- swiglu, convert
+// ---------------------------------------------------------------- QK-norm, bias, residual, scale
 
-__global__ void swiglu_kernel(const float* gu, int64_t n, int64_t hidden, float* h) {
+// Block per (row, head).
+__global__ void head_rmsnorm_kernel(float* x, int64_t ld, int32_t n_heads, int32_t hd, const float* w, float eps) {
+  __shared__ float red[32];
+  const int64_t r = blockIdx.x / n_heads;
+  float* v = x + r * ld + int64_t(blockIdx.x % n_heads) * hd;
+  float ss = 0.f;
+  for (int32_t i = threadIdx.x; i < hd; i += blockDim.x) ss += v[i] * v[i];
+  const float inv = rms_inv(block_sum(ss, red), hd, eps);
+  for (int32_t i = threadIdx.x; i < hd; i += blockDim.x) v[i] = w[i] * (inv * v[i]);
+}
+
+__global__ void add_bias_kernel(float* y, int64_t ld, int64_t n, const float* b, int64_t cols) {
+  const int64_t total = n * cols;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    y[(i / cols) * ld + i % cols] += b[i % cols];
+}
+
+// Block per row: o = y (+ bias), o = w * rmsnorm(o) when w, x += o.
+__global__ void residual_kernel(const float* y, const float* bias, const float* w, int64_t dim, float eps, float* x) {
+  __shared__ float red[32];
+  const int64_t r = blockIdx.x;
+  const float* yr = y + r * dim;
+  float* xr = x + r * dim;
+  if (w == nullptr) {
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) xr[i] += bias ? yr[i] + bias[i] : yr[i];
+    return;
+  }
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float o = bias ? yr[i] + bias[i] : yr[i];
+    ss += o * o;
+  }
+  const float inv = rms_inv(block_sum(ss, red), dim, eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float o = bias ? yr[i] + bias[i] : yr[i];
+    xr[i] += w[i] * (inv * o);
+  }
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float s, bool softcap) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = softcap ? softcap_value(x[i], s) : x[i] * s;
+}
+
+// ---------------------------------------------------------------- gated activation, convert
+
+template <bool kGelu>
+__global__ void gated_kernel(const float* gu, int64_t n, int64_t hidden, float* h) {
   const int64_t total = n * hidden;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / hidden, j = i % hidden;
-    h[i] = silu_mul(gu[r * 2 * hidden + j], gu[r * 2 * hidden + hidden + j]);
+    const float g = gu[r * 2 * hidden + j], u = gu[r * 2 * hidden + hidden + j];
+    h[i] = kGelu ? gelu_tanh_mul(g, u) : silu_mul(g, u);
   }
 }
 
@@ -192,25 +237,60 @@ __global__ void topk_stage2(const float* cand_v, const int32_t* cand_i, int64_t 
 
 // ---------------------------------------------------------------- kv shift (eviction)
 
-// Block per (layer, K/V, head); thread per pair. Each thread walks the moved
-// slots in ascending order, so in-place moves never overwrite a slot before
-// it was read (dst = src - delta < src), and threads never share elements.
+template <typename KvT>
+__device__ __forceinline__ float load_elem(const uint8_t* page, int64_t elem) {
+  if constexpr (sizeof(KvT) == 4)
+    return reinterpret_cast<const float*>(page)[elem];
+  else
+    return f16_bits_to_float(reinterpret_cast<const uint16_t*>(page)[elem]);
+}
+
+template <typename KvT>
+__device__ __forceinline__ void store_elem(uint8_t* page, int64_t elem, float v) {
+  if constexpr (sizeof(KvT) == 4)
+    reinterpret_cast<float*>(page)[elem] = v;
+  else
+    reinterpret_cast<uint16_t*>(page)[elem] = float_to_f16_bits(v);
+}
+
+// Block per (layer, K/V, head). Thread unit u < rope_dims / 2 moves the two
+// dimensions of rotation pair u (keys turn by -delta positions); the units
+// after it move one pass-through dimension each. Each thread walks the
+// moved slots in ascending order, so in-place moves never overwrite a slot
+// before it was read (dst = src - delta < src), and threads never share
+// elements.
 template <typename KvT>
 __global__ void kv_shift_kernel(KvShiftArgs a) {
-  const int32_t hd = a.geom.head_dim, half = hd / 2;
+  const int32_t hd = a.geom.head_dim, rhalf = a.rope_dims / 2;
   const int32_t head = int32_t(blockIdx.x) % a.geom.n_kv_heads;
   const int32_t kv = (int32_t(blockIdx.x) / a.geom.n_kv_heads) % 2;
   const int32_t layer = int32_t(blockIdx.x) / (2 * a.geom.n_kv_heads);
   const int32_t pt = a.geom.page_tokens;
-  for (int32_t j = threadIdx.x; j < half; j += blockDim.x) {
+  const float* inv_freq = a.inv_freq + int64_t(layer) * rhalf;
+  const int32_t units = rhalf + (hd - a.rope_dims);
+  for (int32_t u = threadIdx.x; u < units; u += blockDim.x) {
+    int32_t d0, d1;
+    if (u < rhalf) {
+      rope_pair_dims(a.rope_kind, a.rope_dims, u, &d0, &d1);
+    } else {
+      d0 = a.rope_dims + (u - rhalf);
+      d1 = -1;
+    }
     for (int32_t t = 0; t < a.n_moved; ++t) {
       const int32_t src = a.first_moved + t, dst = src - a.delta;
       const uint8_t* ps = a.table[kv_page_of(src, pt)];
       uint8_t* pd = a.table[kv_page_of(dst, pt)];
-      float v0, v1;
-      load_pair<KvT>(ps, kv_row_index(a.geom, layer, kv, head, kv_slot_of(src, pt)) * hd + 2 * j, &v0, &v1);
-      if (kv == 0) rope_pair(&v0, &v1, 2 * j, hd, -int64_t(a.delta), a.theta);
-      store_pair<KvT>(pd, kv_row_index(a.geom, layer, kv, head, kv_slot_of(dst, pt)) * hd + 2 * j, v0, v1);
+      const int64_t rs = kv_row_index(a.geom, layer, kv, head, kv_slot_of(src, pt)) * hd;
+      const int64_t rd = kv_row_index(a.geom, layer, kv, head, kv_slot_of(dst, pt)) * hd;
+      float v0 = load_elem<KvT>(ps, rs + d0);
+      if (d1 < 0) {
+        store_elem<KvT>(pd, rd + d0, v0);
+        continue;
+      }
+      float v1 = load_elem<KvT>(ps, rs + d1);
+      if (kv == 0) rope_rotate_scaled(&v0, &v1, -float(a.delta) * inv_freq[u], 1.0f);
+      store_elem<KvT>(pd, rd + d0, v0);
+      store_elem<KvT>(pd, rd + d1, v1);
     }
   }
 }
@@ -227,6 +307,40 @@ cudaError_t launch_rmsnorm(const float* x, const float* w, int64_t rows, int64_t
   return cudaGetLastError();
 }
 
+cudaError_t launch_head_rmsnorm(float* x, int64_t ld, int64_t n, int32_t n_heads, int32_t head_dim, const float* w,
+                                float eps, cudaStream_t stream) {
+  if (n <= 0 || n_heads <= 0) return cudaSuccess;
+  const int threads = head_dim >= 256 ? 256 : head_dim >= 128 ? 128 : head_dim >= 64 ? 64 : 32;
+  head_rmsnorm_kernel<<<unsigned(n * n_heads), threads, 0, stream>>>(x, ld, n_heads, head_dim, w, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add_bias(float* y, int64_t ld, int64_t n, const float* b, int64_t cols, cudaStream_t stream) {
+  if (n <= 0 || cols <= 0) return cudaSuccess;
+  add_bias_kernel<<<grid_for(n * cols, 256), 256, 0, stream>>>(y, ld, n, b, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_residual(const float* y, const float* bias, const float* w, int64_t rows, int64_t dim, float eps,
+                            float* x, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  const int threads = dim >= 2048 ? 1024 : dim >= 512 ? 256 : 64;
+  residual_kernel<<<unsigned(rows), threads, 0, stream>>>(y, bias, w, dim, eps, x);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scale(float* x, int64_t n, float s, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  scale_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, n, s, false);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_softcap(float* x, int64_t n, float cap, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  scale_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, n, cap, true);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_rope_store_kv(const RopeKvArgs& a, cudaStream_t stream) {
   if (a.n <= 0) return cudaSuccess;
   const int64_t work = int64_t(a.n_heads + 2 * a.n_kv_heads) * (a.head_dim / 2);
@@ -238,9 +352,12 @@ cudaError_t launch_rope_store_kv(const RopeKvArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t launch_swiglu(const float* gu, int64_t n, int64_t hidden, float* h, cudaStream_t stream) {
+cudaError_t launch_gated(const float* gu, int64_t n, int64_t hidden, bool gelu, float* h, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  swiglu_kernel<<<grid_for(n * hidden, 256), 256, 0, stream>>>(gu, n, hidden, h);
+  if (gelu)
+    gated_kernel<true><<<grid_for(n * hidden, 256), 256, 0, stream>>>(gu, n, hidden, h);
+  else
+    gated_kernel<false><<<grid_for(n * hidden, 256), 256, 0, stream>>>(gu, n, hidden, h);
   return cudaGetLastError();
 }
 
@@ -275,8 +392,8 @@ cudaError_t launch_topk(const float* logits, int64_t n_rows, int64_t vocab, int 
 cudaError_t launch_kv_shift(const KvShiftArgs& a, cudaStream_t stream) {
   if (a.n_moved <= 0 || a.delta <= 0) return cudaSuccess;
   const int blocks = a.geom.n_layers * 2 * a.geom.n_kv_heads;
-  const int half = a.geom.head_dim / 2;
-  const int threads = half >= 128 ? 128 : (half + 31) / 32 * 32;
+  const int units = a.rope_dims / 2 + (a.geom.head_dim - a.rope_dims);
+  const int threads = units >= 128 ? 128 : (units + 31) / 32 * 32;
   if (a.kv_f32)
     kv_shift_kernel<float><<<blocks, threads, 0, stream>>>(a);
   else

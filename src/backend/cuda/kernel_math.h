@@ -190,19 +190,62 @@ LLM_HD float rms_inv(float sumsq, int64_t dim, float eps) { return 1.0f / sqrtf(
 // cpu::silu_mul for one element.
 LLM_HD float silu_mul(float g, float u) { return ::llm::silu::silu_mul(g, u); }
 
-// RoPE on adjacent pairs (2j, 2j+1): angle = pos * theta^(-2j / head_dim), as cpu::rope_head.
-LLM_HD float rope_inv_freq(int32_t even_index, int32_t head_dim, float theta) {
-  return 1.0f / powf(theta, float(even_index) / float(head_dim));
+// RoPE of a block spec (format/family_spec.h), as cpu::rope: pair j of the
+// first rope_dims dimensions of a head is (2j, 2j + 1) when interleaved
+// (kind 0) and (j, j + rope_dims / 2) under NeoX (kind 1); the dimensions
+// past rope_dims pass through. Its angle is pos * inv_freq[j] (the model's
+// per-layer table: base, linear / YaRN scaling and frequency factors folded
+// in), and cos and sin are multiplied by mscale (YaRN, LongRoPE).
+LLM_HD void rope_pair_dims(int32_t kind, int32_t rope_dims, int32_t j, int32_t* d0, int32_t* d1) {
+  *d0 = kind == 0 ? 2 * j : j;
+  *d1 = kind == 0 ? 2 * j + 1 : j + rope_dims / 2;
 }
-LLM_HD void rope_rotate(float* v0, float* v1, float angle) {
-  const float c = cosf(angle), s = sinf(angle);
+LLM_HD void rope_rotate_scaled(float* v0, float* v1, float angle, float mscale) {
+  float c = cosf(angle), s = sinf(angle);
+  if (mscale != 1.0f) {
+    c *= mscale;
+    s *= mscale;
+  }
   const float a = *v0, b = *v1;
   *v0 = a * c - b * s;
   *v1 = a * s + b * c;
 }
-// Rotates pair `even_index` of a head at position `pos` (may be negative: eviction).
-LLM_HD void rope_pair(float* v0, float* v1, int32_t even_index, int32_t head_dim, int64_t pos, float theta) {
-  rope_rotate(v0, v1, float(pos) * rope_inv_freq(even_index, head_dim, theta));
+// Rotates pair j of `head` (head_dim floats) at position pos (negative: eviction's re-rotation).
+LLM_HD void rope_spec_pair(float* head, int32_t kind, int32_t rope_dims, const float* inv_freq, float mscale,
+                           int32_t j, int64_t pos) {
+  int32_t d0, d1;
+  rope_pair_dims(kind, rope_dims, j, &d0, &d1);
+  rope_rotate_scaled(&head[d0], &head[d1], float(pos) * inv_freq[j], mscale);
+}
+
+// The gated feed-forward's GELU (tanh form) times up, with cpu::gelu_tanh_mul's
+// numerics: evaluated at the gate rounded to f16, the result rounded to f16,
+// x above 10 and 0 below -10.
+LLM_HD float gelu_tanh_mul(float g, float u) {
+  const float v = f16_bits_to_float(float_to_f16_bits(g));
+  float r;
+  if (v >= 10.0f) {
+    r = v;
+  } else if (v <= -10.0f) {
+    r = 0.0f;
+  } else {
+    const float k = 0.79788456080286535588f;  // sqrt(2 / pi)
+    r = 0.5f * v * (1.0f + tanhf(k * v * (1.0f + 0.044715f * v * v)));
+  }
+  return f16_bits_to_float(float_to_f16_bits(r)) * u;
+}
+
+// cap * tanh(x / cap), as cpu::softcap (attention scores, final logits).
+LLM_HD float softcap_value(float x, float cap) { return cap * tanhf(x * (1.0f / cap)); }
+
+// Whether the query at position pos sees the key at t: causal, and within
+// the last `window` positions when window > 0 (as cpu::attention).
+LLM_HD bool attn_key_visible(int64_t t, int64_t pos, int32_t window) {
+  return t <= pos && (window <= 0 || t > pos - window);
+}
+// The first key the query at pos sees.
+LLM_HD int64_t attn_first_key(int64_t pos, int32_t window) {
+  return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
 }
 
 // ---------------------------------------------------------------- softmax pieces

@@ -44,6 +44,25 @@ cudaError_t launch_embed(const DeviceMatrix& w, const int32_t* tokens, int64_t n
 cudaError_t launch_rmsnorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
                            cudaStream_t stream);
 
+// Per-head RMSNorm in place (QK-norm): heads [h * head_dim, (h + 1) * head_dim)
+// of rows x + r * ld, h < n_heads, r < n, each normalised with w [head_dim].
+cudaError_t launch_head_rmsnorm(float* x, int64_t ld, int64_t n, int32_t n_heads, int32_t head_dim, const float* w,
+                                float eps, cudaStream_t stream);
+
+// y[r, c] += b[c] for r < n, c < cols; y has row stride ld.
+cudaError_t launch_add_bias(float* y, int64_t ld, int64_t n, const float* b, int64_t cols, cudaStream_t stream);
+
+// The residual add of a block output that needs more than the GEMV's fused
+// add: x[r, :] += o with o = y[r, :] (+ bias), then (when w is given)
+// o = w * rmsnorm(o) (post-attention / post-feed-forward norm). bias and w
+// may be null. y, x: [rows, dim].
+cudaError_t launch_residual(const float* y, const float* bias, const float* w, int64_t rows, int64_t dim, float eps,
+                            float* x, cudaStream_t stream);
+
+// x[i] *= s (embedding scale), or x[i] = cap * tanh(x[i] / cap) (final-logit softcap), i < n.
+cudaError_t launch_scale(float* x, int64_t n, float s, cudaStream_t stream);
+cudaError_t launch_softcap(float* x, int64_t n, float cap, cudaStream_t stream);
+
 // Page tables: for sequence s, tables[s * table_stride + p] is the device
 // address of its page p. Row r of a batch belongs to sequence r / rows_per_seq
 // (decode: 1 row per sequence; prefill: all rows of one sequence).
@@ -51,6 +70,14 @@ struct PageTables {
   uint8_t* const* tables = nullptr;
   int32_t table_stride = 0;
   int64_t rows_per_seq = 1;
+};
+
+// How a layer rotates q and k (kernel_math.h, rope_spec_pair).
+struct RopeSpec {
+  const float* inv_freq = nullptr;  // device [rope_dims / 2]: this layer's frequencies
+  int32_t kind = 0;                 // 0 interleaved, 1 NeoX
+  int32_t rope_dims = 0;            // rotated dimensions of each head (even, <= head_dim)
+  float mscale = 1.f;               // cos and sin are multiplied by this
 };
 
 // RoPE on q and k of qkv rows, then K and V of each row stored into the
@@ -61,7 +88,7 @@ struct RopeKvArgs {
   int64_t ld = 0;
   int64_t n = 0;
   int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  float theta = 10000.f;
+  RopeSpec rope;
   const int32_t* pos = nullptr;  // [n]
   PageTables pages;
   KvGeom geom;
@@ -70,8 +97,9 @@ struct RopeKvArgs {
 };
 cudaError_t launch_rope_store_kv(const RopeKvArgs& a, cudaStream_t stream);
 
-// h[r, j] = silu(gu[r, j]) * gu[r, hidden + j]; gu: [n, 2 * hidden]; h: [n, hidden].
-cudaError_t launch_swiglu(const float* gu, int64_t n, int64_t hidden, float* h, cudaStream_t stream);
+// h[r, j] = act(gu[r, j]) * gu[r, hidden + j]; gu: [n, 2 * hidden]; h: [n, hidden];
+// act is SiLU, or GELU (tanh form, kernel_math.h's gelu_tanh_mul) when gelu is set.
+cudaError_t launch_gated(const float* gu, int64_t n, int64_t hidden, bool gelu, float* h, cudaStream_t stream);
 
 // out[i] = x[i] as f16 (or bf16) bits, i < n (GEMM inputs).
 cudaError_t launch_convert(const float* x, int64_t n, uint16_t* out, bool bf16, cudaStream_t stream);
@@ -88,7 +116,8 @@ cudaError_t launch_topk(const float* logits, int64_t n_rows, int64_t vocab, int 
 
 // Eviction: slots [first_moved, first_moved + n_moved) of one sequence move
 // down by delta slots in every layer and KV head; keys are rotated by -delta
-// positions (as the CPU's Session::evict_cached). In place.
+// positions (as the CPU's Session::evict_cached: a pure rotation, no mscale).
+// In place.
 struct KvShiftArgs {
   uint8_t* const* table = nullptr;  // the sequence's page pointers
   KvGeom geom;
@@ -96,7 +125,9 @@ struct KvShiftArgs {
   int32_t first_moved = 0;
   int32_t n_moved = 0;
   int32_t delta = 0;
-  float theta = 10000.f;
+  const float* inv_freq = nullptr;  // device [n_layers][rope_dims / 2]: each layer's frequencies
+  int32_t rope_kind = 0;
+  int32_t rope_dims = 0;
 };
 cudaError_t launch_kv_shift(const KvShiftArgs& a, cudaStream_t stream);
 
@@ -104,7 +135,8 @@ cudaError_t launch_kv_shift(const KvShiftArgs& a, cudaStream_t stream);
 
 // Causal GQA attention over the paged cache with an online softmax over key
 // tiles of kAttnTile (scores never materialised beyond one tile).
-// Query row r sees keys [0, pos[r]]; rows of one block belong to one
+// Query row r sees keys [0, pos[r]] (the last `window` of them when window
+// > 0, attn_key_visible); rows of one block belong to one
 // sequence. n_splits > 1 (decode) splits each row's keys into chunks of
 // split_tokens, writes partial (m, l, acc) and merges them in a second kernel.
 struct AttnArgs {
@@ -116,7 +148,9 @@ struct AttnArgs {
   int32_t layer = 0;
   bool kv_f32 = false;
   int32_t n_heads = 0;
-  float scale = 1.f;             // 1 / sqrt(head_dim)
+  float scale = 1.f;             // of q.k: 1 / sqrt(head_dim), or the model's query scale
+  float softcap = 0.f;           // > 0: score = softcap * tanh(score / softcap)
+  int32_t window = 0;            // > 0: sliding-window layer
   int64_t n_rows = 0;
   int32_t rows_per_block = 1;    // prefill_rows_per_block(); 1 for decode
   int32_t split_tokens = 1 << 30;
