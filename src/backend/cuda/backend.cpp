@@ -122,6 +122,7 @@ class BackendImpl final : public Backend {
   void upload_table_row(int32_t row, const PageList& pages);
 
   // ---- compute
+  struct Exec;  // block_pass's executor (block_pass.h)
   void linear(const DeviceMatrix& w, const float* x, int64_t n, float* y, int64_t ldy, float beta);
   void linear_parts(const std::vector<DeviceMatrix>& parts, const float* x, int64_t n, float* y, int64_t ldy);
   void forward(const StepShape& s, const std::function<bool()>* cancel);
@@ -571,95 +572,96 @@ void BackendImpl::linear_parts(const std::vector<DeviceMatrix>& parts, const flo
   }
 }
 
-// One forward pass of s.n rows whose tokens/positions are in tokens_d_/pos_d_
-// and whose page tables are uploaded. Leaves logits in logits_ (decode: one
-// row per sequence; prefill: the last row only, in row 0).
-void BackendImpl::forward(const StepShape& s, const std::function<bool()>* cancel) {
-  const ModelConfig& c = cfg_;
-  const int64_t n = s.n, dim = c.dim, hidden = c.hidden_dim;
-  float* x = x_.as<float>();      // [n, dim] residual stream
-  float* xb = xb_.as<float>();    // [n, dim] normalised
-  float* qkv = qkv_.as<float>();  // [n, q_dim + 2 kv_dim]
-  float* att = att_.as<float>();  // [n, q_dim]
-  float* gu = gu_.as<float>();    // [n, 2 hidden]
-  float* h = h_.as<float>();      // [n, hidden]
-  const PageTables tables{tables_d_.as<uint8_t*>(), tables_cap_, s.rows_per_seq};
+// block_pass's executor on the device: each step is a kernel launch on the
+// backend's stream (see block_pass.h for the contract).
+struct BackendImpl::Exec {
+  using Layer = LayerW;
+  BackendImpl& b;
+  const StepShape& s;
+  float* x = b.x_.as<float>();
+  float* xb = b.xb_.as<float>();
+  float* qkv = b.qkv_.as<float>();
+  float* att = b.att_.as<float>();
+  float* gu = b.gu_.as<float>();
+  float* h = b.h_.as<float>();
+  float* logits = b.logits_.as<float>();
+  const float* output_norm = b.output_norm_;
+  const DeviceMatrix& output = b.output_;
 
-  const BlockSpec& spec = c.spec;
-  check(launch_embed(tok_embd_, tokens_d_.as<int32_t>(), n, x, stream_), "embedding");
-  if (spec.embed_scale != 1.0f) check(launch_scale(x, n * dim, spec.embed_scale, stream_), "embedding scale");
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    if (cancel && *cancel && (*cancel)()) fail(LLM_ERR_CANCELLED, "prefill cancelled");
-    const LayerW& w = layers_[size_t(l)];
-    // --- attention
-    check(launch_rmsnorm(x, w.attn_norm, n, dim, c.norm_eps, xb, stream_), "rmsnorm");
-    linear_parts(w.qkv, xb, n, qkv, qkv_dim_);
-    if (w.qkv_bias) check(launch_add_bias(qkv, qkv_dim_, n, w.qkv_bias, qkv_dim_, stream_), "q/k/v bias");
-    if (w.q_norm)
-      check(launch_head_rmsnorm(qkv, qkv_dim_, n, c.n_heads, c.head_dim, w.q_norm, c.norm_eps, stream_), "q norm");
-    if (w.k_norm)
-      check(launch_head_rmsnorm(qkv + q_dim_, qkv_dim_, n, c.n_kv_heads, c.head_dim, w.k_norm, c.norm_eps, stream_),
-            "k norm");
+  PageTables tables() const { return PageTables{b.tables_d_.as<uint8_t*>(), b.tables_cap_, s.rows_per_seq}; }
+  void embed(int64_t n, float* out) {
+    check(launch_embed(b.tok_embd_, b.tokens_d_.as<int32_t>(), n, out, b.stream_), "embedding");
+  }
+  void scale(float* v, int64_t n, float f) { check(launch_scale(v, n, f, b.stream_), "scale"); }
+  void softcap(float* v, int64_t n, float cap) { check(launch_softcap(v, n, cap, b.stream_), "softcap"); }
+  void rmsnorm(const float* in, const float* w, int64_t rows, int64_t dim, float* out) {
+    check(launch_rmsnorm(in, w, rows, dim, b.cfg_.norm_eps, out, b.stream_), "rmsnorm");
+  }
+  void head_rmsnorm(float* v, int64_t ld, int64_t n, int32_t heads, const float* w) {
+    check(launch_head_rmsnorm(v, ld, n, heads, b.cfg_.head_dim, w, b.cfg_.norm_eps, b.stream_), "q/k norm");
+  }
+  void add_bias(float* y, int64_t ld, int64_t n, const float* bias, int64_t cols) {
+    check(launch_add_bias(y, ld, n, bias, cols, b.stream_), "bias");
+  }
+  void linear(const DeviceMatrix& w, const float* in, int64_t n, float* y, int64_t ldy, float beta) {
+    b.linear(w, in, n, y, ldy, beta);
+  }
+  void linear_parts(const std::vector<DeviceMatrix>& parts, const float* in, int64_t n, float* y, int64_t ldy) {
+    b.linear_parts(parts, in, n, y, ldy);
+  }
+  void rope_store_kv(int32_t layer, const RopeSpec& r, float* q, int64_t n) {
     RopeKvArgs rk;
-    rk.qkv = qkv;
-    rk.ld = qkv_dim_;
+    rk.qkv = q;
+    rk.ld = b.qkv_dim_;
     rk.n = n;
-    rk.n_heads = c.n_heads;
-    rk.n_kv_heads = c.n_kv_heads;
-    rk.head_dim = c.head_dim;
-    rk.rope.inv_freq = w.inv_freq;
-    rk.rope.kind = int32_t(spec.rope_kind);
-    rk.rope.rope_dims = spec.rope_dims > 0 ? spec.rope_dims : c.head_dim;
-    rk.rope.mscale = spec.rope_mscale;
-    rk.pos = pos_d_.as<int32_t>();
-    rk.pages = tables;
-    rk.geom = geom_;
-    rk.layer = l;
-    rk.kv_f32 = kv_type_ == LLM_KV_F32;
-    check(launch_rope_store_kv(rk, stream_), "rope / KV store");
+    rk.n_heads = b.cfg_.n_heads;
+    rk.n_kv_heads = b.cfg_.n_kv_heads;
+    rk.head_dim = b.cfg_.head_dim;
+    rk.rope = r;
+    rk.pos = b.pos_d_.as<int32_t>();
+    rk.pages = tables();
+    rk.geom = b.geom_;
+    rk.layer = layer;
+    rk.kv_f32 = b.kv_type_ == LLM_KV_F32;
+    check(launch_rope_store_kv(rk, b.stream_), "rope / KV store");
+  }
+  void attention(int32_t layer, const AttnSpec& spec, const float* q, int64_t n, float* out) {
     AttnArgs a;
-    a.q = qkv;
-    a.q_ld = qkv_dim_;
-    a.pos = pos_d_.as<int32_t>();
-    a.pages = tables;
-    a.geom = geom_;
-    a.layer = l;
-    a.kv_f32 = rk.kv_f32;
-    a.n_heads = c.n_heads;
-    a.scale = spec.attn_scale > 0 ? spec.attn_scale : 1.0f / std::sqrt(float(c.head_dim));
-    a.softcap = spec.attn_softcap;
-    a.window = w.window;
+    a.q = q;
+    a.q_ld = b.qkv_dim_;
+    a.pos = b.pos_d_.as<int32_t>();
+    a.pages = tables();
+    a.geom = b.geom_;
+    a.layer = layer;
+    a.kv_f32 = b.kv_type_ == LLM_KV_F32;
+    a.n_heads = b.cfg_.n_heads;
+    a.scale = spec.scale;
+    a.softcap = spec.softcap;
+    a.window = spec.window;
     a.n_rows = n;
     a.rows_per_block = s.rows_per_block;
     a.split_tokens = s.split_tokens;
     a.n_splits = s.n_splits;
-    a.out = att;
-    a.out_ld = q_dim_;
-    a.part_ml = part_ml_.as<float>();
-    a.part_acc = part_acc_.as<float>();
-    check(launch_attention(a, stream_), "attention");
-    if (w.bo || w.post_attn_norm) {  // x += post_norm(wo . att + bo)
-      linear(w.wo, att, n, xb, dim, 0.f);
-      check(launch_residual(xb, w.bo, w.post_attn_norm, n, dim, c.norm_eps, x, stream_), "attention residual");
-    } else {
-      linear(w.wo, att, n, x, dim, 1.f);  // x += wo . att
-    }
-    // --- feed-forward (gated SiLU or GELU)
-    check(launch_rmsnorm(x, w.ffn_norm, n, dim, c.norm_eps, xb, stream_), "rmsnorm");
-    linear_parts(w.gate_up, xb, n, gu, 2 * hidden);
-    check(launch_gated(gu, n, hidden, spec.act == Activation::GeluTanh, h, stream_), "gated activation");
-    if (w.post_ffn_norm) {  // x += post_norm(w_down . h)
-      linear(w.down, h, n, xb, dim, 0.f);
-      check(launch_residual(xb, nullptr, w.post_ffn_norm, n, dim, c.norm_eps, x, stream_), "feed-forward residual");
-    } else {
-      linear(w.down, h, n, x, dim, 1.f);  // x += w_down . h
-    }
+    a.out = out;
+    a.out_ld = b.q_dim_;
+    a.part_ml = b.part_ml_.as<float>();
+    a.part_acc = b.part_acc_.as<float>();
+    check(launch_attention(a, b.stream_), "attention");
   }
-  const int64_t first = s.decode ? 0 : n - 1, rows = s.decode ? n : 1;
-  check(launch_rmsnorm(x + first * dim, output_norm_, rows, dim, c.norm_eps, xb, stream_), "rmsnorm");
-  linear(output_, xb, rows, logits_.as<float>(), c.vocab_size, 0.f);
-  if (spec.final_softcap > 0)
-    check(launch_softcap(logits_.as<float>(), rows * int64_t(c.vocab_size), spec.final_softcap, stream_), "softcap");
+  void residual(const float* y, const float* bias, const float* w, int64_t rows, float* out) {
+    check(launch_residual(y, bias, w, rows, b.cfg_.dim, b.cfg_.norm_eps, out, b.stream_), "residual");
+  }
+  void gated(const float* in, int64_t n, bool gelu, float* out) {
+    check(launch_gated(in, n, b.cfg_.hidden_dim, gelu, out, b.stream_), "gated activation");
+  }
+};
+
+// One forward pass of s.n rows whose tokens/positions are in tokens_d_/pos_d_
+// and whose page tables are uploaded. Leaves logits in logits_ (decode: one
+// row per sequence; prefill: the last row only, in row 0).
+void BackendImpl::forward(const StepShape& s, const std::function<bool()>* cancel) {
+  Exec e{*this, s};
+  block_pass(e, cfg_, layers_, s.n, s.decode ? 0 : s.n - 1, s.decode ? s.n : 1, cancel);
 }
 
 // ---------------------------------------------------------------- prefill

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/block_pass.h"
 #include "backend/cuda/kernel_math.h"
 #include "backend/cuda/weight_layout.h"
 
@@ -72,14 +73,6 @@ struct PageTables {
   int64_t rows_per_seq = 1;
 };
 
-// How a layer rotates q and k (kernel_math.h, rope_spec_pair).
-struct RopeSpec {
-  const float* inv_freq = nullptr;  // device [rope_dims / 2]: this layer's frequencies
-  int32_t kind = 0;                 // 0 interleaved, 1 NeoX
-  int32_t rope_dims = 0;            // rotated dimensions of each head (even, <= head_dim)
-  float mscale = 1.f;               // cos and sin are multiplied by this
-};
-
 // RoPE on q and k of qkv rows, then K and V of each row stored into the
 // sequence's page at slot pos[r] (f16 with round-to-nearest-even, or f32).
 // qkv: [n, ld] with q heads, then k heads, then v heads (head_dim each).
@@ -88,7 +81,7 @@ struct RopeKvArgs {
   int64_t ld = 0;
   int64_t n = 0;
   int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  RopeSpec rope;
+  RopeSpec rope;                 // inv_freq in device memory
   const int32_t* pos = nullptr;  // [n]
   PageTables pages;
   KvGeom geom;
