@@ -267,7 +267,8 @@ TEST_P(BackendContract, CancelledPassLeavesTheSequenceAsItWas) {
 INSTANTIATE_TEST_SUITE_P(Backends, BackendContract,
                          ::testing::Values(Case{"cpu_llama", LLM_DEVICE_CPU, "llama"},
                                            Case{"cpu_gemma3", LLM_DEVICE_CPU, "gemma3"},
-                                           Case{"cuda_llama", LLM_DEVICE_CUDA, "llama"}),
+                                           Case{"cuda_llama", LLM_DEVICE_CUDA, "llama"},
+                                           Case{"cuda_gemma3", LLM_DEVICE_CUDA, "gemma3"}),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace
