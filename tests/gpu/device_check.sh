@@ -7,8 +7,10 @@
 #     (tests/engine/backend_contract_test.cpp), every model family's tiny
 #     model against llama.cpp's logits on the device (tests/model/family_test.cpp)
 #     and the CPU-side CUDA tests,
-#  3. benchmarks synthetic tinyllama-1.1b and llama-3-8b in q4 / q8 / f16
-#     (made by llm-convert --synthetic): pp512, tg128 at batch 1 / 8 / 32
+#  3. benchmarks synthetic tinyllama-1.1b and llama-3-8b in q4 / q8 / f16, and
+#     tinyllama-1.1b in llama.cpp's Q4_K_M mix of K-quant blocks (made by
+#     llm-convert --synthetic): pp512, tg128 at batch 1 / 8 / 32; each
+#     TinyLlama-shape file is first checked against the CPU's exact math
 #     through the backend directly (llm_gpu_bench), and, when llm-bench is
 #     built and the public API runs on CUDA, llm-bench --device cuda,
 #  4. prints one summary table.
@@ -106,6 +108,12 @@ run_model() {
     rm -f "$file"
     return
   fi
+  if [[ $shape != llama-3-8b ]] && (( $(left) > 60 )); then
+    say "check $name against the CPU's exact math (CudaBackend.ModelFromTheEnvironment...)"
+    LLM_GPU_CHECK_MODEL="$file" timeout 90 "$BUILD/bin/llm_gpu_tests" \
+      --gtest_filter='CudaBackend.ModelFromTheEnvironmentMatchesTheCpuOnItsWeights' >"$LOG/check-$shape-$quant.log" 2>&1
+    add "$name on the device against the CPU: $(grep -E "device against CPU|PASSED|FAILED|SKIPPED" "$LOG/check-$shape-$quant.log" | head -2 | tr '\n' ' ')"
+  fi
   say "bench $name (backend, batch 1/8/32)"
   local row
   row=$(timeout 150 "$BUILD/bin/llm_gpu_bench" "$file" --name "$name" --pp 512 --tg 128 --batch 1,8,32 --reps 3 \
@@ -128,7 +136,11 @@ run_model() {
 for shape in "${SHAPES[@]}"; do
   est=40
   [[ $shape == llama-3-8b ]] && est=120
-  for q in q4 q8 f16; do run_model "$shape" "$q" "$est"; done
+  quants=(q4 q8 f16)
+  # GGUF K-quant blocks as stored (llama.cpp's Q4_K_M mix: q4_K, q6_K for the
+  # output and half the attn_v / ffn_down), on the smaller shape only.
+  [[ $shape != llama-3-8b ]] && quants+=(q4_K_M)
+  for q in "${quants[@]}"; do run_model "$shape" "$q" "$est"; done
 done
 
 # ---------------------------------------------------------------- 4. summary
