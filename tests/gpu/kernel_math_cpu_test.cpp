@@ -94,6 +94,7 @@ void decode_any(WFormat f, const Chunk& c, float scale, float* out) {
     case WFormat::BF16: decode_chunk<WFormat::BF16>(c, scale, out); break;
     case WFormat::Q8: decode_chunk<WFormat::Q8>(c, scale, out); break;
     case WFormat::Q4: decode_chunk<WFormat::Q4>(c, scale, out); break;
+    case WFormat::Ggml: break;  // no chunks: ggml_blocks_cpu_test.cpp
   }
 }
 
@@ -104,6 +105,7 @@ float dot_any(WFormat f, const Chunk& c, float scale, const float* x, int n_vali
     case WFormat::BF16: return dot_chunk<WFormat::BF16>(c, scale, x, n_valid);
     case WFormat::Q8: return dot_chunk<WFormat::Q8>(c, scale, x, n_valid);
     case WFormat::Q4: return dot_chunk<WFormat::Q4>(c, scale, x, n_valid);
+    case WFormat::Ggml: break;
   }
   return 0.f;
 }

@@ -552,7 +552,7 @@ void BackendImpl::linear(const DeviceMatrix& w, const float* x, int64_t n, float
     gemm_->run(t, l.rows, n, l.cols, w.data, lda, b, l.cols, y, ldy, beta, stream_);
     return;
   }
-  // q8/q4: dequantize a tile of rows to f16, GEMM it, next tile.
+  // q8/q4/GGUF blocks (is_quantized): dequantize a tile of rows to f16, GEMM it, next tile.
   const int64_t cap = int64_t(deq_.bytes() / 2);
   int64_t tile = std::max<int64_t>(64, cap / l.cols / 64 * 64);
   tile = std::min(tile, l.rows);

@@ -1,7 +1,8 @@
 // Weight-streaming kernels: fused dequantize + GEMV (decode), dequantize to
 // f16/bf16 (prefill GEMM tiles), embedding lookup. Per-element work is
 // decode_chunk / dot_chunk of kernel_math.h (tested on the CPU); this file
-// is the parallel skeleton only.
+// is the parallel skeleton only. GGUF block weights (WFormat::Ggml) have
+// their own kernels in gemv_ggml.cu; the launchers below forward to them.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -193,6 +194,7 @@ cudaError_t by_format(WFormat f, A&&... args) {
     case WFormat::BF16: return Fn<WFormat::BF16>::run(args...);
     case WFormat::Q8: return Fn<WFormat::Q8>::run(args...);
     case WFormat::Q4: return Fn<WFormat::Q4>::run(args...);
+    case WFormat::Ggml: break;  // gemv_ggml.cu; the launchers forward before getting here
   }
   return cudaErrorInvalidValue;
 }
@@ -233,6 +235,7 @@ struct EmbedRun {
 cudaError_t launch_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
                         float beta, int sm_count, cudaStream_t stream) {
   const MatrixLayout& l = w.layout;
+  if (l.format == WFormat::Ggml) return launch_gemv_ggml(w, x, ldx, n, y, ldy, beta, sm_count, stream);
   if (n <= 0 || l.rows == 0) return cudaSuccess;
   GemvParams p;
   p.w = w.data;
@@ -264,11 +267,13 @@ cudaError_t launch_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int6
 
 cudaError_t launch_dequant(const DeviceMatrix& w, int64_t r0, int64_t n, uint16_t* out, bool bf16,
                            cudaStream_t stream) {
+  if (w.layout.format == WFormat::Ggml) return launch_dequant_ggml(w, r0, n, out, bf16, stream);
   if (n <= 0) return cudaSuccess;
   return by_format<DequantRun>(w.layout.format, w, r0, n, reinterpret_cast<uint32_t*>(out), bf16, stream);
 }
 
 cudaError_t launch_embed(const DeviceMatrix& w, const int32_t* tokens, int64_t n, float* x, cudaStream_t stream) {
+  if (w.layout.format == WFormat::Ggml) return launch_embed_ggml(w, tokens, n, x, stream);
   if (n <= 0) return cudaSuccess;
   return by_format<EmbedRun>(w.layout.format, w, tokens, n, x, stream);
 }

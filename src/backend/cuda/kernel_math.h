@@ -83,17 +83,22 @@ LLM_HD float bits_as_float(uint32_t u) {
 //                      (dtype.h's Q4 keeps j and j + G/2 in one byte; the
 //                      upload repacks to consecutive pairs so a 16-byte chunk
 //                      is 32 consecutive values.)
+//   Ggml             : GGUF blocks (Q5_0 .. IQ4_XS, quant/dtype.h) byte for
+//                      byte as stored, scales inside the blocks, rows of whole
+//                      blocks; MatrixLayout::block says which type. Their
+//                      math is in ggml_blocks.h, their kernels in gemv_ggml.cu
+//                      (not decode_chunk / dot_chunk).
 // Tails: values past `cols` are zero and are never multiplied with
 // activations (the kernels guard activation reads at 4-float granularity, so
 // cols must be a multiple of 4).
-enum class WFormat : uint32_t { F32 = 0, F16 = 1, BF16 = 2, Q8 = 3, Q4 = 4 };
+enum class WFormat : uint32_t { F32 = 0, F16 = 1, BF16 = 2, Q8 = 3, Q4 = 4, Ggml = 5 };
 
 constexpr int kChunkBytes = 16;
 
 LLM_HD constexpr int chunk_values(WFormat f) {
   return f == WFormat::F32 ? 4 : (f == WFormat::F16 || f == WFormat::BF16) ? 8 : f == WFormat::Q8 ? 16 : 32;
 }
-LLM_HD constexpr bool is_quantized(WFormat f) { return f == WFormat::Q8 || f == WFormat::Q4; }
+LLM_HD constexpr bool is_quantized(WFormat f) { return f == WFormat::Q8 || f == WFormat::Q4 || f == WFormat::Ggml; }
 
 // One 16-byte vector load, little-endian words.
 struct alignas(16) Chunk {

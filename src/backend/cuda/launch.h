@@ -19,7 +19,7 @@ namespace llm::cuda {
 struct DeviceMatrix {
   MatrixLayout layout;
   const uint8_t* data = nullptr;     // [rows][pitch] bytes
-  const uint16_t* scales = nullptr;  // [rows][groups_per_row] f16 bits (quantized formats)
+  const uint16_t* scales = nullptr;  // [rows][groups_per_row] f16 bits (q8/q4; null for Ggml)
 };
 
 // ---------------------------------------------------------------- gemv.cu
@@ -32,12 +32,22 @@ cudaError_t launch_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int6
                         float beta, int sm_count, cudaStream_t stream);
 
 // out[i, :] = row (r0 + i) of W as f16 (or bf16) bits, i < n; out: [n, cols].
-// The prefill GEMM dequantizes q8/q4 weights tile-wise with this.
+// The prefill GEMM dequantizes quantized weights (q8/q4/Ggml) tile-wise with this.
 cudaError_t launch_dequant(const DeviceMatrix& w, int64_t r0, int64_t n, uint16_t* out, bool bf16,
                            cudaStream_t stream);
 
 // x[i, :] = row tokens[i] of the embedding table, as f32; x: [n, cols].
 cudaError_t launch_embed(const DeviceMatrix& w, const int32_t* tokens, int64_t n, float* x, cudaStream_t stream);
+
+// The same three for WFormat::Ggml matrices (GGUF blocks as stored,
+// gemv_ggml.cu); the launchers above forward to them. Same contracts;
+// cudaErrorInvalidValue for a matrix of another format.
+cudaError_t launch_gemv_ggml(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+                             float beta, int sm_count, cudaStream_t stream);
+cudaError_t launch_dequant_ggml(const DeviceMatrix& w, int64_t r0, int64_t n, uint16_t* out, bool bf16,
+                                cudaStream_t stream);
+cudaError_t launch_embed_ggml(const DeviceMatrix& w, const int32_t* tokens, int64_t n, float* x,
+                              cudaStream_t stream);
 
 // ---------------------------------------------------------------- elementwise.cu
 

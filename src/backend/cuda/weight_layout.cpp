@@ -40,6 +40,26 @@ MatrixLayout matrix_layout(DType t, uint32_t group, int64_t rows, int64_t cols) 
       l.group = int32_t(group);
       bytes = size_t(cols) / 2;
       break;
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS: {
+      const int64_t bv = ggml_block_values(t);
+      LLM_CHECK(cols % bv == 0, LLM_ERR_UNSUPPORTED,
+                "the CUDA backend runs %s weights as whole blocks of %lld values, but a row has %lld", dtype_name(t),
+                (long long)bv, (long long)cols);
+      LLM_CHECK(group == 0 || int64_t(group) == bv, LLM_ERR_UNSUPPORTED, "%s with group %u (its block is %lld)",
+                dtype_name(t), group, (long long)bv);
+      l.format = WFormat::Ggml;
+      l.block = t;
+      bytes = size_t(cols / bv) * ggml_block_bytes(t);
+      break;
+    }
     default: fail(LLM_ERR_UNSUPPORTED, "the CUDA backend cannot hold %s weights (dtype %u)", dtype_name(t), unsigned(t));
   }
   l.groups_per_row = l.group ? int32_t(cols / l.group) : 0;
@@ -50,6 +70,8 @@ MatrixLayout matrix_layout(DType t, uint32_t group, int64_t rows, int64_t cols) 
 void repack_rows(const cpu::WeightView& w, const MatrixLayout& l, int64_t r0, int64_t n, uint8_t* data,
                  uint16_t* scales) {
   LLM_CHECK(r0 >= 0 && n >= 0 && r0 + n <= w.rows && w.cols == l.cols, LLM_ERR_INTERNAL, "repack_rows: bad range");
+  LLM_CHECK(l.format != WFormat::Ggml || (w.dtype == l.block && w.row_bytes <= l.pitch), LLM_ERR_INTERNAL,
+            "repack_rows: %s rows into a %s layout", dtype_name(w.dtype), dtype_name(l.block));
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* src = w.data + size_t(r0 + i) * w.row_bytes;
     uint8_t* dst = data + size_t(i) * l.pitch;
@@ -57,7 +79,8 @@ void repack_rows(const cpu::WeightView& w, const MatrixLayout& l, int64_t r0, in
     switch (l.format) {
       case WFormat::F32:
       case WFormat::F16:
-      case WFormat::BF16: std::memcpy(dst, src, w.row_bytes); break;
+      case WFormat::BF16:
+      case WFormat::Ggml: std::memcpy(dst, src, w.row_bytes); break;
       case WFormat::Q8: {
         uint16_t* sc = scales + size_t(i) * size_t(l.groups_per_row);
         for (int32_t b = 0; b < l.groups_per_row; ++b) {

@@ -10,14 +10,16 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/kernel_math.h"
+#include "quant/dtype.h"
 
 namespace llm::cuda {
 
 struct MatrixLayout {
   WFormat format = WFormat::F32;
+  DType block = DType::F32;    // WFormat::Ggml: the GGUF block type of the rows (Q5_0 .. IQ4_XS)
   int64_t rows = 0, cols = 0;
-  int32_t group = 0;           // values per scale (Q8: 32, Q4: 32/64/128); 0 for float formats
-  int32_t groups_per_row = 0;  // scales per row (0 for float formats)
+  int32_t group = 0;           // values per scale (Q8: 32, Q4: 32/64/128); 0 for float and Ggml formats
+  int32_t groups_per_row = 0;  // scales per row in the separate array (0 for float and Ggml formats)
   size_t pitch = 0;            // bytes per row, multiple of 16
   int64_t chunks_per_row() const { return int64_t(pitch / kChunkBytes); }
   size_t data_bytes() const { return pitch * size_t(rows); }
@@ -25,6 +27,10 @@ struct MatrixLayout {
 };
 
 // Throws Error(LLM_ERR_UNSUPPORTED) for a dtype/group the device cannot hold.
+// GGUF block types (dtype_is_ggml_block) become WFormat::Ggml: the stored
+// blocks as they are, so rows must hold whole blocks (cols % 256 for the K
+// types and IQ4_XS, cols % 32 for Q5_0 / Q5_1 / IQ4_NL); group is the block
+// size (or 0).
 MatrixLayout matrix_layout(DType t, uint32_t group, int64_t rows, int64_t cols);
 
 // Repacks rows [r0, r0 + n) of w into the device layout `l` (same dtype and
