@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/plan.h"
 
@@ -26,21 +27,6 @@ struct GemvParams {
   float beta;
   int32_t warps_per_row;
 };
-
-// Loads the activations of one chunk (V floats starting at `first`); reads
-// stop at n_valid (a multiple of 4), the rest is zero.
-template <int V>
-__device__ __forceinline__ void load_x(const float* xrow, int64_t first, int n_valid, float* xv) {
-#pragma unroll
-  for (int i = 0; i < V / 4; ++i) {
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (4 * i < n_valid) v = __ldg(reinterpret_cast<const float4*>(xrow + first) + i);
-    xv[4 * i] = v.x;
-    xv[4 * i + 1] = v.y;
-    xv[4 * i + 2] = v.z;
-    xv[4 * i + 3] = v.w;
-  }
-}
 
 // Block = 8 warps. A warp owns R consecutive rows (R = 2 only when each row
 // has one warp), or 1 / warps_per_row of one row. The warps of a row stride
@@ -91,31 +77,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams p) {
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int b = 0; b < NB; ++b) acc[r][b] = warp_sum(acc[r][b]);
-  if (wpr > 1) {  // R == 1 here
-    __shared__ float red[kGemvThreads / 32][NB];
-    if (lane == 0)
-#pragma unroll
-      for (int b = 0; b < NB; ++b) red[warp][b] = acc[0][b];
-    __syncthreads();
-    if (lane == 0 && sub == 0)
-#pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        float s = 0.f;
-        for (int w = 0; w < wpr; ++w) s += red[warp + w][b];
-        acc[0][b] = s;
-      }
-  }
+  if (wpr > 1) gemv_reduce_row_split<NB>(acc[0], warp, lane, sub, wpr);  // R == 1 here
   if (lane == 0 && sub == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (row0 + r >= p.rows) break;
-#pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        if (b < p.nb) {
-          float* yp = p.y + b * p.ldy + row0 + r;
-          *yp = p.beta != 0.f ? acc[r][b] + p.beta * *yp : acc[r][b];
-        }
-      }
+      gemv_store_row<NB>(p.y, p.ldy, row0 + r, p.nb, p.beta, acc[r]);
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/ggml_blocks.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/plan.h"
@@ -27,19 +28,6 @@ struct GgmlGemvParams {
   float beta;
   int32_t warps_per_row;
 };
-
-// x[first, first + 32) as 8 float4 loads (first is a multiple of 32, ldx of 4).
-__device__ __forceinline__ void load_x32(const float* xrow, int64_t first, float* xv) {
-  const float4* p = reinterpret_cast<const float4*>(xrow + first);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float4 v = __ldg(p + i);
-    xv[4 * i] = v.x;
-    xv[4 * i + 1] = v.y;
-    xv[4 * i + 2] = v.z;
-    xv[4 * i + 3] = v.w;
-  }
-}
 
 // Block = 8 warps; warps_per_row warps share one output row (8 / wpr rows per
 // block). The warps of a row take sub-blocks u = sub * 32 + lane, stepping
@@ -66,7 +54,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_ggml_kernel(GgmlGemvParams 
       const int s = ggml_unit_sub<T>(u);
       float xv[32];
       if constexpr (NB == 1) {
-        load_x32(p.x, u * 32, xv);
+        load_x<32>(p.x, u * 32, 32, xv);
         acc[0] += ggml_dot32<T>(blk, s, xv);
       } else {
         float wv[32];
@@ -74,7 +62,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_ggml_kernel(GgmlGemvParams 
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
           if (b < p.nb) {
-            load_x32(p.x + b * p.ldx, u * 32, xv);
+            load_x<32>(p.x + b * p.ldx, u * 32, 32, xv);
             acc[b] += dot32(wv, xv);
           }
         }
@@ -83,29 +71,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_ggml_kernel(GgmlGemvParams 
   }
 #pragma unroll
   for (int b = 0; b < NB; ++b) acc[b] = warp_sum(acc[b]);
-  if (wpr > 1) {
-    __shared__ float red[kGemvThreads / 32][NB];
-    if (lane == 0)
-#pragma unroll
-      for (int b = 0; b < NB; ++b) red[warp][b] = acc[b];
-    __syncthreads();
-    if (lane == 0 && sub == 0)
-#pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        float t = 0.f;
-        for (int w = 0; w < wpr; ++w) t += red[warp + w][b];
-        acc[b] = t;
-      }
-  }
-  if (lane == 0 && sub == 0 && row < p.rows) {
-#pragma unroll
-    for (int b = 0; b < NB; ++b) {
-      if (b < p.nb) {
-        float* yp = p.y + b * p.ldy + row;
-        *yp = p.beta != 0.f ? acc[b] + p.beta * *yp : acc[b];
-      }
-    }
-  }
+  if (wpr > 1) gemv_reduce_row_split<NB>(acc, warp, lane, sub, wpr);
+  if (lane == 0 && sub == 0 && row < p.rows) gemv_store_row<NB>(p.y, p.ldy, row, p.nb, p.beta, acc);
 }
 
 // Grid-stride over (row, sub-block): its 32 values as 16 f16/bf16 pairs.
