@@ -27,6 +27,8 @@ namespace {
 using namespace llm;
 using namespace llm::cuda;
 
+struct HostMatrix;
+
 class CudaKernel : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -44,6 +46,12 @@ class CudaKernel : public ::testing::Test {
     }
   }
   void sync() { ASSERT_EQ(cudaStreamSynchronize(st_), cudaSuccess); }
+
+  // launch_gemv of h for each batch n, with beta 0 and 1, against matmul_ref.
+  void expect_gemv_matches_ref(const HostMatrix& h, std::initializer_list<int64_t> batches);
+  // launch_dequant (f16 and bf16) and launch_embed of h, bit for bit
+  // against cpu::dequantize_row; h has 70 rows.
+  void expect_dequant_and_embed_exact(const HostMatrix& h);
 
   cudaStream_t st_ = nullptr;
   int sms_ = 1;
@@ -87,8 +95,13 @@ HostMatrix make_matrix(DType t, uint32_t group, int64_t rows, int64_t cols, uint
   m.view.row_bytes = dtype_row_bytes(t, cols, group);
   m.bytes.resize(m.view.row_bytes * size_t(rows));
   const std::vector<float> w = randn(size_t(rows * cols), seed, 0.5f);
-  for (int64_t r = 0; r < rows; ++r)
-    quantize_row(t, group, w.data() + r * cols, m.bytes.data() + size_t(r) * m.view.row_bytes, cols);
+  uint8_t* dst = m.bytes.data();
+  for (int64_t r = 0; r < rows; ++r, dst += m.view.row_bytes) {
+    if (dtype_is_ggml_block(t))  // the project's GGUF block quantizers (offline code)
+      quantize_ggml_row(t, w.data() + r * cols, nullptr, dst, cols);
+    else
+      quantize_row(t, group, w.data() + r * cols, dst, cols);
+  }
   m.view.data = m.bytes.data();
   return m;
 }
@@ -126,60 +139,70 @@ double tol_for(double want, int64_t cols) { return 1e-5 * std::sqrt(double(cols)
 
 // ---------------------------------------------------------------- weights
 
-TEST_F(CudaKernel, GemvMatchesMatmulRefForEveryFormatAndBatch) {
-  for (const MatCase& mc : kMatCases) {
-    for (int64_t rows : {1, 37, 1000}) {
-      const HostMatrix h = make_matrix(mc.t, mc.group, rows, mc.cols, uint32_t(rows));
-      const DevMatrix d = upload(h);
-      for (int64_t n : {1, 3, 8, 13, 40}) {
-        for (float beta : {0.f, 1.f}) {
-          SCOPED_TRACE(std::string(dtype_name(mc.t)) + " rows " + std::to_string(rows) + " n " + std::to_string(n) +
-                       " beta " + std::to_string(beta));
-          const std::vector<float> x = randn(size_t(n * mc.cols), 3);
-          const std::vector<float> y0 = randn(size_t(n * rows), 4);
-          std::vector<float> want(size_t(n * rows));
-          cpu::matmul_ref(h.view, x.data(), n, want.data());
-          if (beta != 0.f)
-            for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
-          DeviceBuffer dx = to_device(x), dy = to_device(y0);
-          ASSERT_EQ(launch_gemv(d.m, dx.as<float>(), mc.cols, n, dy.as<float>(), rows, beta, sms_, st_), cudaSuccess);
-          sync();
-          const std::vector<float> got = to_host<float>(dy, size_t(n * rows));
-          for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol_for(want[i], mc.cols)) << i;
-        }
-      }
+void CudaKernel::expect_gemv_matches_ref(const HostMatrix& h, std::initializer_list<int64_t> batches) {
+  const int64_t rows = h.view.rows, cols = h.view.cols;
+  const DevMatrix d = upload(h);
+  for (int64_t n : batches) {
+    for (float beta : {0.f, 1.f}) {
+      SCOPED_TRACE(std::string(dtype_name(h.view.dtype)) + " rows " + std::to_string(rows) + " n " +
+                   std::to_string(n) + " beta " + std::to_string(beta));
+      const std::vector<float> x = randn(size_t(n * cols), 3);
+      const std::vector<float> y0 = randn(size_t(n * rows), 4);
+      std::vector<float> want(size_t(n * rows));
+      cpu::matmul_ref(h.view, x.data(), n, want.data());
+      if (beta != 0.f)
+        for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+      DeviceBuffer dx = to_device(x), dy = to_device(y0);
+      ASSERT_EQ(launch_gemv(d.m, dx.as<float>(), cols, n, dy.as<float>(), rows, beta, sms_, st_), cudaSuccess);
+      sync();
+      const std::vector<float> got = to_host<float>(dy, size_t(n * rows));
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol_for(want[i], cols)) << i;
     }
   }
 }
 
-TEST_F(CudaKernel, DequantAndEmbedAreExact) {
-  for (const MatCase& mc : kMatCases) {
-    SCOPED_TRACE(dtype_name(mc.t));
-    const int64_t rows = 70;
-    const HostMatrix h = make_matrix(mc.t, mc.group, rows, mc.cols, 9);
-    const DevMatrix d = upload(h);
-    std::vector<float> ref(size_t(rows * mc.cols));
-    for (int64_t r = 0; r < rows; ++r) cpu::dequantize_row(h.view, r, ref.data() + r * mc.cols);
-    for (bool bf16 : {false, true}) {
-      const int64_t r0 = 5, n = 60;
-      DeviceBuffer out(size_t(n * mc.cols) * 2);
-      ASSERT_EQ(launch_dequant(d.m, r0, n, out.as<uint16_t>(), bf16, st_), cudaSuccess);
-      sync();
-      const std::vector<uint16_t> got = to_host<uint16_t>(out, size_t(n * mc.cols));
-      for (int64_t i = 0; i < n * mc.cols; ++i) {
-        const float v = ref[size_t(r0 * mc.cols + i)];
-        ASSERT_EQ(got[size_t(i)], bf16 ? f32_to_bf16(v) : f32_to_f16(v)) << i;
-      }
-    }
-    const std::vector<int32_t> toks = {0, int32_t(rows - 1), 3, 3};
-    DeviceBuffer dt = to_device(toks), dx(toks.size() * size_t(mc.cols) * 4);
-    ASSERT_EQ(launch_embed(d.m, dt.as<int32_t>(), int64_t(toks.size()), dx.as<float>(), st_), cudaSuccess);
+void CudaKernel::expect_dequant_and_embed_exact(const HostMatrix& h) {
+  SCOPED_TRACE(dtype_name(h.view.dtype));
+  const int64_t rows = h.view.rows, cols = h.view.cols;
+  ASSERT_EQ(rows, 70);
+  const DevMatrix d = upload(h);
+  std::vector<float> ref(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) cpu::dequantize_row(h.view, r, ref.data() + r * cols);
+  for (bool bf16 : {false, true}) {
+    const int64_t r0 = 5, n = 60;
+    DeviceBuffer out(size_t(n * cols) * 2);
+    ASSERT_EQ(launch_dequant(d.m, r0, n, out.as<uint16_t>(), bf16, st_), cudaSuccess);
     sync();
-    const std::vector<float> x = to_host<float>(dx, toks.size() * size_t(mc.cols));
-    for (size_t i = 0; i < toks.size(); ++i)
-      for (int64_t k = 0; k < mc.cols; ++k)
-        ASSERT_EQ(x[i * size_t(mc.cols) + size_t(k)], ref[size_t(toks[i] * mc.cols + k)]);
+    const std::vector<uint16_t> got = to_host<uint16_t>(out, size_t(n * cols));
+    for (int64_t i = 0; i < n * cols; ++i) {
+      const float v = ref[size_t(r0 * cols + i)];
+      ASSERT_EQ(got[size_t(i)], bf16 ? f32_to_bf16(v) : f32_to_f16(v)) << i;
+    }
   }
+  const std::vector<int32_t> toks = {0, int32_t(rows - 1), 3, 3};
+  DeviceBuffer dt = to_device(toks), dx(toks.size() * size_t(cols) * 4);
+  ASSERT_EQ(launch_embed(d.m, dt.as<int32_t>(), int64_t(toks.size()), dx.as<float>(), st_), cudaSuccess);
+  sync();
+  const std::vector<float> x = to_host<float>(dx, toks.size() * size_t(cols));
+  for (size_t i = 0; i < toks.size(); ++i)
+    for (int64_t k = 0; k < cols; ++k) {
+      uint32_t a, b;
+      std::memcpy(&a, &x[i * size_t(cols) + size_t(k)], 4);
+      std::memcpy(&b, &ref[size_t(toks[i] * cols + k)], 4);
+      ASSERT_EQ(a, b) << "token " << i << " value " << k;
+    }
+}
+
+TEST_F(CudaKernel, GemvMatchesMatmulRefForEveryFormatAndBatch) {
+  for (const MatCase& mc : kMatCases)
+    for (int64_t rows : {1, 37, 1000})
+      ASSERT_NO_FATAL_FAILURE(
+          expect_gemv_matches_ref(make_matrix(mc.t, mc.group, rows, mc.cols, uint32_t(rows)), {1, 3, 8, 13, 40}));
+}
+
+TEST_F(CudaKernel, DequantAndEmbedAreExact) {
+  for (const MatCase& mc : kMatCases)
+    ASSERT_NO_FATAL_FAILURE(expect_dequant_and_embed_exact(make_matrix(mc.t, mc.group, 70, mc.cols, 9)));
 }
 
 // GGUF block weights kept as stored (WFormat::Ggml, gemv_ggml.cu), made by
@@ -189,73 +212,15 @@ TEST_F(CudaKernel, DequantAndEmbedAreExact) {
 TEST_F(CudaKernel, GgmlBlockWeightsGemvDequantEmbedMatchTheHostDecoders) {
   const DType types[] = {DType::Q5_0, DType::Q5_1, DType::Q2_K,   DType::Q3_K,  DType::Q4_K,
                          DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
-  auto make = [](DType t, int64_t rows, int64_t cols, uint32_t seed) {
-    HostMatrix m;
-    m.view.dtype = t;
-    m.view.group = uint32_t(ggml_block_values(t));
-    m.view.rows = rows;
-    m.view.cols = cols;
-    m.view.row_bytes = dtype_row_bytes(t, cols, m.view.group);
-    m.bytes.resize(m.view.row_bytes * size_t(rows));
-    const std::vector<float> w = randn(size_t(rows * cols), seed, 0.5f);
-    for (int64_t r = 0; r < rows; ++r)
-      quantize_ggml_row(t, w.data() + r * cols, nullptr, m.bytes.data() + size_t(r) * m.view.row_bytes, cols);
-    m.view.data = m.bytes.data();
-    return m;
-  };
   for (DType t : types) {
-    const int64_t cols = ggml_block_values(t) == 32 ? 1056 : 2304;
+    const uint32_t group = uint32_t(ggml_block_values(t));
+    const int64_t cols = group == 32 ? 1056 : 2304;
     for (int64_t rows : {1, 37, 300}) {
-      const HostMatrix h = make(t, rows, cols, uint32_t(rows));
-      const DevMatrix d = upload(h);
-      ASSERT_EQ(d.m.layout.format, WFormat::Ggml);
-      for (int64_t n : {1, 3, 8, 9, 40}) {
-        for (float beta : {0.f, 1.f}) {
-          SCOPED_TRACE(std::string(dtype_name(t)) + " rows " + std::to_string(rows) + " n " + std::to_string(n) +
-                       " beta " + std::to_string(beta));
-          const std::vector<float> x = randn(size_t(n * cols), 3);
-          const std::vector<float> y0 = randn(size_t(n * rows), 4);
-          std::vector<float> want(size_t(n * rows));
-          cpu::matmul_ref(h.view, x.data(), n, want.data());
-          if (beta != 0.f)
-            for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
-          DeviceBuffer dx = to_device(x), dy = to_device(y0);
-          ASSERT_EQ(launch_gemv(d.m, dx.as<float>(), cols, n, dy.as<float>(), rows, beta, sms_, st_), cudaSuccess);
-          sync();
-          const std::vector<float> got = to_host<float>(dy, size_t(n * rows));
-          for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol_for(want[i], cols)) << i;
-        }
-      }
+      const HostMatrix h = make_matrix(t, group, rows, cols, uint32_t(rows));
+      ASSERT_EQ(matrix_layout(t, group, rows, cols).format, WFormat::Ggml);
+      ASSERT_NO_FATAL_FAILURE(expect_gemv_matches_ref(h, {1, 3, 8, 9, 40}));
     }
-    SCOPED_TRACE(dtype_name(t));
-    const int64_t rows = 70;
-    const HostMatrix h = make(t, rows, cols, 9);
-    const DevMatrix d = upload(h);
-    std::vector<float> ref(size_t(rows * cols));
-    for (int64_t r = 0; r < rows; ++r) cpu::dequantize_row(h.view, r, ref.data() + r * cols);
-    for (bool bf16 : {false, true}) {
-      const int64_t r0 = 5, n = 60;
-      DeviceBuffer out(size_t(n * cols) * 2);
-      ASSERT_EQ(launch_dequant(d.m, r0, n, out.as<uint16_t>(), bf16, st_), cudaSuccess);
-      sync();
-      const std::vector<uint16_t> got = to_host<uint16_t>(out, size_t(n * cols));
-      for (int64_t i = 0; i < n * cols; ++i) {
-        const float v = ref[size_t(r0 * cols + i)];
-        ASSERT_EQ(got[size_t(i)], bf16 ? f32_to_bf16(v) : f32_to_f16(v)) << i;
-      }
-    }
-    const std::vector<int32_t> toks = {0, int32_t(rows - 1), 3, 3};
-    DeviceBuffer dt = to_device(toks), dx(toks.size() * size_t(cols) * 4);
-    ASSERT_EQ(launch_embed(d.m, dt.as<int32_t>(), int64_t(toks.size()), dx.as<float>(), st_), cudaSuccess);
-    sync();
-    const std::vector<float> x = to_host<float>(dx, toks.size() * size_t(cols));
-    for (size_t i = 0; i < toks.size(); ++i)
-      for (int64_t k = 0; k < cols; ++k) {
-        uint32_t a, b;
-        std::memcpy(&a, &x[i * size_t(cols) + size_t(k)], 4);
-        std::memcpy(&b, &ref[size_t(toks[i] * cols + k)], 4);
-        ASSERT_EQ(a, b) << "token " << i << " value " << k;
-      }
+    ASSERT_NO_FATAL_FAILURE(expect_dequant_and_embed_exact(make_matrix(t, group, 70, cols, 9)));
   }
 }
 
