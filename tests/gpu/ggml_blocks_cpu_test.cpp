@@ -37,63 +37,35 @@ uint32_t bits(float f) {
 
 // Run-time dispatch to the kernels' templates.
 void decode_any(DType t, const uint8_t* b, int s, float* y) {
-  switch (t) {
-    case DType::Q5_0: ggml_decode32<DType::Q5_0>(b, s, y); return;
-    case DType::Q5_1: ggml_decode32<DType::Q5_1>(b, s, y); return;
-    case DType::Q2_K: ggml_decode32<DType::Q2_K>(b, s, y); return;
-    case DType::Q3_K: ggml_decode32<DType::Q3_K>(b, s, y); return;
-    case DType::Q4_K: ggml_decode32<DType::Q4_K>(b, s, y); return;
-    case DType::Q5_K: ggml_decode32<DType::Q5_K>(b, s, y); return;
-    case DType::Q6_K: ggml_decode32<DType::Q6_K>(b, s, y); return;
-    case DType::IQ4_NL: ggml_decode32<DType::IQ4_NL>(b, s, y); return;
-    case DType::IQ4_XS: ggml_decode32<DType::IQ4_XS>(b, s, y); return;
-    default: FAIL() << "not a GGUF block type";
-  }
+  with_ggml_type(
+      t, [&](auto k) { ggml_decode32<decltype(k)::value>(b, s, y); }, [] { FAIL() << "not a GGUF block type"; });
 }
 
 float dot_any(DType t, const uint8_t* b, int s, const float* x) {
-  switch (t) {
-    case DType::Q5_0: return ggml_dot32<DType::Q5_0>(b, s, x);
-    case DType::Q5_1: return ggml_dot32<DType::Q5_1>(b, s, x);
-    case DType::Q2_K: return ggml_dot32<DType::Q2_K>(b, s, x);
-    case DType::Q3_K: return ggml_dot32<DType::Q3_K>(b, s, x);
-    case DType::Q4_K: return ggml_dot32<DType::Q4_K>(b, s, x);
-    case DType::Q5_K: return ggml_dot32<DType::Q5_K>(b, s, x);
-    case DType::Q6_K: return ggml_dot32<DType::Q6_K>(b, s, x);
-    case DType::IQ4_NL: return ggml_dot32<DType::IQ4_NL>(b, s, x);
-    case DType::IQ4_XS: return ggml_dot32<DType::IQ4_XS>(b, s, x);
-    default: ADD_FAILURE() << "not a GGUF block type"; return 0.f;
-  }
+  return with_ggml_type(
+      t, [&](auto k) { return ggml_dot32<decltype(k)::value>(b, s, x); },
+      [] {
+        ADD_FAILURE() << "not a GGUF block type";
+        return 0.f;
+      });
 }
 
 // The kernels' unit addressing (ggml_unit_block / ggml_unit_sub) at run time.
 const uint8_t* unit_block(DType t, const uint8_t* row, int64_t u) {
-  switch (t) {
-    case DType::Q5_0: return ggml_unit_block<DType::Q5_0>(row, u);
-    case DType::Q5_1: return ggml_unit_block<DType::Q5_1>(row, u);
-    case DType::Q2_K: return ggml_unit_block<DType::Q2_K>(row, u);
-    case DType::Q3_K: return ggml_unit_block<DType::Q3_K>(row, u);
-    case DType::Q4_K: return ggml_unit_block<DType::Q4_K>(row, u);
-    case DType::Q5_K: return ggml_unit_block<DType::Q5_K>(row, u);
-    case DType::Q6_K: return ggml_unit_block<DType::Q6_K>(row, u);
-    case DType::IQ4_NL: return ggml_unit_block<DType::IQ4_NL>(row, u);
-    case DType::IQ4_XS: return ggml_unit_block<DType::IQ4_XS>(row, u);
-    default: ADD_FAILURE() << "not a GGUF block type"; return row;
-  }
+  return with_ggml_type(
+      t, [&](auto k) { return ggml_unit_block<decltype(k)::value>(row, u); },
+      [&] {
+        ADD_FAILURE() << "not a GGUF block type";
+        return row;
+      });
 }
 int unit_sub(DType t, int64_t u) {
-  switch (t) {
-    case DType::Q5_0: return ggml_unit_sub<DType::Q5_0>(u);
-    case DType::Q5_1: return ggml_unit_sub<DType::Q5_1>(u);
-    case DType::Q2_K: return ggml_unit_sub<DType::Q2_K>(u);
-    case DType::Q3_K: return ggml_unit_sub<DType::Q3_K>(u);
-    case DType::Q4_K: return ggml_unit_sub<DType::Q4_K>(u);
-    case DType::Q5_K: return ggml_unit_sub<DType::Q5_K>(u);
-    case DType::Q6_K: return ggml_unit_sub<DType::Q6_K>(u);
-    case DType::IQ4_NL: return ggml_unit_sub<DType::IQ4_NL>(u);
-    case DType::IQ4_XS: return ggml_unit_sub<DType::IQ4_XS>(u);
-    default: ADD_FAILURE() << "not a GGUF block type"; return 0;
-  }
+  return with_ggml_type(
+      t, [&](auto k) { return ggml_unit_sub<decltype(k)::value>(u); },
+      [] {
+        ADD_FAILURE() << "not a GGUF block type";
+        return 0;
+      });
 }
 
 // Byte offsets of a block's f16 scales (d, and dmin / m where the type has one).

@@ -110,23 +110,6 @@ __global__ void embed_ggml_kernel(const uint8_t* w, int64_t pitch, int64_t units
   }
 }
 
-template <template <DType> class Fn, typename... A>
-cudaError_t by_block(DType t, A&&... args) {
-  switch (t) {
-    case DType::Q5_0: return Fn<DType::Q5_0>::run(args...);
-    case DType::Q5_1: return Fn<DType::Q5_1>::run(args...);
-    case DType::Q2_K: return Fn<DType::Q2_K>::run(args...);
-    case DType::Q3_K: return Fn<DType::Q3_K>::run(args...);
-    case DType::Q4_K: return Fn<DType::Q4_K>::run(args...);
-    case DType::Q5_K: return Fn<DType::Q5_K>::run(args...);
-    case DType::Q6_K: return Fn<DType::Q6_K>::run(args...);
-    case DType::IQ4_NL: return Fn<DType::IQ4_NL>::run(args...);
-    case DType::IQ4_XS: return Fn<DType::IQ4_XS>::run(args...);
-    default: break;
-  }
-  return cudaErrorInvalidValue;
-}
-
 template <DType T>
 struct GgmlGemvRun {
   static cudaError_t run(const GgmlGemvParams& p, int nb_tile, dim3 grid, cudaStream_t st) {
@@ -186,7 +169,9 @@ cudaError_t launch_gemv_ggml(const DeviceMatrix& w, const float* x, int64_t ldx,
     p.nb = int32_t(std::min<int64_t>(tile, n - b0));
     p.x = x + b0 * ldx;
     p.y = y + b0 * ldy;
-    const cudaError_t e = by_block<GgmlGemvRun>(l.block, p, tile, grid, stream);
+    const cudaError_t e = with_ggml_type(
+        l.block, [&](auto t) { return GgmlGemvRun<decltype(t)::value>::run(p, tile, grid, stream); },
+        [] { return cudaErrorInvalidValue; });
     if (e != cudaSuccess) return e;
     b0 += p.nb;
   }
@@ -197,14 +182,19 @@ cudaError_t launch_dequant_ggml(const DeviceMatrix& w, int64_t r0, int64_t n, ui
                                 cudaStream_t stream) {
   if (w.layout.format != WFormat::Ggml || w.layout.cols % 32 != 0) return cudaErrorInvalidValue;
   if (n <= 0) return cudaSuccess;
-  return by_block<GgmlDequantRun>(w.layout.block, w, r0, n, reinterpret_cast<uint32_t*>(out), bf16, stream);
+  uint32_t* pairs = reinterpret_cast<uint32_t*>(out);
+  return with_ggml_type(
+      w.layout.block, [&](auto t) { return GgmlDequantRun<decltype(t)::value>::run(w, r0, n, pairs, bf16, stream); },
+      [] { return cudaErrorInvalidValue; });
 }
 
 cudaError_t launch_embed_ggml(const DeviceMatrix& w, const int32_t* tokens, int64_t n, float* x,
                               cudaStream_t stream) {
   if (w.layout.format != WFormat::Ggml || w.layout.cols % 32 != 0) return cudaErrorInvalidValue;
   if (n <= 0) return cudaSuccess;
-  return by_block<GgmlEmbedRun>(w.layout.block, w, tokens, n, x, stream);
+  return with_ggml_type(
+      w.layout.block, [&](auto t) { return GgmlEmbedRun<decltype(t)::value>::run(w, tokens, n, x, stream); },
+      [] { return cudaErrorInvalidValue; });
 }
 
 }  // namespace llm::cuda

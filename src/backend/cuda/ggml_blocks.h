@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/kernel_math.h"
 #include "quant/dtype.h"
@@ -58,6 +59,25 @@ LLM_HD const uint8_t* ggml_unit_block(const uint8_t* row, int64_t u) {
 template <DType T>
 LLM_HD int ggml_unit_sub(int64_t u) {
   return int(u % ggml_subs_of(T));
+}
+
+// Host code (the launchers, the tests) reaching the templates below from a
+// run-time DType: returns f(std::integral_constant<DType, t>{}) for a GGUF
+// block type t, otherwise() for any other DType.
+template <class F, class G>
+auto with_ggml_type(DType t, F&& f, G&& otherwise) {
+  switch (t) {
+    case DType::Q5_0: return f(std::integral_constant<DType, DType::Q5_0>{});
+    case DType::Q5_1: return f(std::integral_constant<DType, DType::Q5_1>{});
+    case DType::Q2_K: return f(std::integral_constant<DType, DType::Q2_K>{});
+    case DType::Q3_K: return f(std::integral_constant<DType, DType::Q3_K>{});
+    case DType::Q4_K: return f(std::integral_constant<DType, DType::Q4_K>{});
+    case DType::Q5_K: return f(std::integral_constant<DType, DType::Q5_K>{});
+    case DType::Q6_K: return f(std::integral_constant<DType, DType::Q6_K>{});
+    case DType::IQ4_NL: return f(std::integral_constant<DType, DType::IQ4_NL>{});
+    case DType::IQ4_XS: return f(std::integral_constant<DType, DType::IQ4_XS>{});
+    default: return otherwise();
+  }
 }
 
 // ---------------------------------------------------------------- loads and exact float steps
