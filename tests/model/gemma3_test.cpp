@@ -4,15 +4,22 @@
 //   - 7 cases of tests/data/gemma3/extra_greedy.json, made with the same
 //     program on prompts of this repository, two of them longer than the
 //     512-token sliding window of the local layers.
-// Teacher-forced top-1 agreement >= 98% on the shared cases (>= 96% on the
-// repository's: 98.2% with the AVX-512 kernels, 97.0% with the AVX2 ones),
-// and free-running greedy ids identical up to the first step whose
-// reference top-1/top-2 margin is below kMargin. llama.cpp quantizes the
-// activations of its quantized matmuls its own way; on this model that moves
-// its logits by 0.15 on average (up to 1.8) from exact f32 math on the same
-// weights, and libllm's kernels land elsewhere in that noise, so a 0.1 margin
-// is not enough: a step of margin 0.49 differs. The exact math itself is
-// checked against llama.cpp on the dequantized weights (ExactMath... below).
+// Teacher-forced top-1 agreement >= 96% on both files (shared: 185 of 192
+// with either kernel family; repository's: 331 of 336 AVX-512, 330 AVX2),
+// every differing step at a reference margin under kMargin, and free-running
+// greedy ids identical up to the first step whose reference top-1/top-2
+// margin is below kMargin. llama.cpp quantizes the activations of its
+// quantized matmuls its own way; on this model that moves its logits by 0.15
+// on average (up to 1.8) from exact f32 math on the same weights, and its
+// greedy ids are exact math's top-1 at only 185 of the shared file's 192
+// steps. libllm's fast path quantizes activations more finely (matmul_ggml.h)
+// and lands nearer exact math (FastPathAgreesWithExactMath below), so on
+// those 7 steps it mostly picks exact math's token, not llama.cpp's: a bar
+// of 98% against llama.cpp (189 steps) and one of 99% against exact math
+// (191) cannot both hold there, as each of the 7 steps can match only one of
+// them (189 + 191 > 2 * 185 + 7). A 0.1 margin is not enough either: a step
+// of margin 0.49 differs. The exact math itself is checked against llama.cpp
+// on the dequantized weights (ExactMath... below).
 // The model (253 MB, Gemma terms) is fetched by tests/models/fetch_gemma3.sh;
 // LLM_GEMMA3_GGUF names it, and the tests skip when it is absent.
 #include <gtest/gtest.h>
@@ -155,7 +162,7 @@ class Gemma3 : public ::testing::Test {
 llm_model* Gemma3::model_ = nullptr;
 
 TEST_F(Gemma3, SharedReferenceCases) {
-  check(read_cases(llm::testing::model_path("reference/gemma-3-270m-q4_k_m_greedy.json")), 0.98);
+  check(read_cases(llm::testing::model_path("reference/gemma-3-270m-q4_k_m_greedy.json")), 0.96);
 }
 
 TEST_F(Gemma3, RepositoryPromptsPastTheLocalWindow) {
@@ -226,25 +233,24 @@ TEST_F(Gemma3, ExactMathMatchesLlamaCppOnDequantizedWeights) {
 // against the exact one (LLM_LOAD_REFERENCE_MATH, as llm-run/llm-bench
 // --exact) on the same weights, teacher-forced on the reference ids: the
 // top-1 tokens agree at every step where the exact logits' top-1/top-2
-// margin is at least kMargin, and overall at >= 95% of the steps of the
-// shared file's 4 cases, >= 96.5% with LLM_GEMMA3_ALL_CASES=1, which adds the
-// repository's 7 (about 4 minutes on two cores); the mean absolute logit
-// difference stays under 0.235. Measured, AVX-512 kernels: 185 of 192 (0.964),
-// mean |d| 0.210; all cases 517 of 528 (0.979), 0.219. AVX2 kernels
-// (LLM_CPU_ISA=avx2): 184 of 192 (0.958), 0.221; all cases 513 of 528
-// (0.972), 0.224. The flips sit at near-ties of the exact logits (checked
-// below), where the activations' 8-bit rounding turns a change in the last
-// bits into a different code somewhere upstream.
+// margin is at least kMargin; overall at >= 98.5% of the steps of the shared
+// file's 4 cases and >= 99% with LLM_GEMMA3_ALL_CASES=1, which adds the
+// repository's 7 (about 2 minutes on two cores); at >= 99% of the steps where
+// llama.cpp's id is exact math's top-1; never at fewer steps than
+// llama.cpp's ids; and the mean absolute logit difference stays under 0.235.
+// Measured, AVX-512 kernels: 190 of 192 (0.990), mean |d| 0.132; all cases
+// 524 of 528 (0.992), 0.135. AVX2 kernels (LLM_CPU_ISA=avx2): 190 of 192,
+// 0.214; all cases 523 of 528 (0.991), 0.225. llama.cpp's greedy ids are
+// exact math's top-1 at 185 of 192 (all cases 518 of 528).
 //
-// The goal for this agreement is 0.99. llama.cpp's own quantized
-// path, the one the reference ids come from, is no closer to exact math:
-// its greedy ids are the exact logits' top-1 at 185 of the 192 steps too
-// (0.964; all cases 518 of 528, 0.981), while the fast path picks
-// llama.cpp's id at 190 of 192 (0.990; all cases 521 of 528, 0.987). The
-// fast path quantizes activations as ggml does (matmul_ggml.h), so it
-// shares that distance; the bar below is that the fast path stays at least
-// as close to exact math as the reference implementation, within 1% of the
-// steps.
+// Before the activations were refined (matmul_ggml.h: Q8_0's d in f32; the
+// AVX-512 family's Q8_K with sub-scales) the fast path quantized them exactly
+// as ggml does and was as far from exact math as llama.cpp: 185 of 192, mean
+// |d| 0.210 (all cases 517 of 528, 0.219). Simulated in exact math, most of
+// the difference came from the one-scale-per-256 Q8_K of the FFN down
+// projection's input (mostly small values after the gate, a few large) and
+// from rounding Q8_0's d to fp16. The remaining flips sit at near-ties of the
+// exact logits.
 TEST_F(Gemma3, FastPathAgreesWithExactMath) {
   llm_model* exact = load_exact();
   ASSERT_NE(exact, nullptr) << llm_last_error();
@@ -253,7 +259,8 @@ TEST_F(Gemma3, FastPathAgreesWithExactMath) {
   if (all_cases)
     for (Case& c : read_cases(std::string(LLM_TEST_DATA_DIR) + "/gemma3/extra_greedy.json")) cases.push_back(c);
   size_t agree = 0, steps = 0;
-  size_t ref_agree = 0;  // steps where llama.cpp's greedy id is the exact top-1
+  size_t ref_agree = 0;   // steps where llama.cpp's greedy id is the exact top-1
+  size_t both_agree = 0;  // of those, the steps where the fast path's top-1 is it too
   double dev_sum = 0;    // mean |fast - exact| over a step's logits, summed over steps
   for (const Case& c : cases) {
     llm_session *fast_s = nullptr, *exact_s = nullptr;
@@ -269,6 +276,7 @@ TEST_F(Gemma3, FastPathAgreesWithExactMath) {
       const int32_t top_e = argmax(le, ne), top_f = argmax(lf, nf);
       agree += top_f == top_e;
       ref_agree += top_e == c.generated[k];
+      both_agree += top_e == c.generated[k] && top_f == top_e;
       ++steps;
       double dev = 0;
       for (size_t i = 0; i < ne; ++i) dev += std::fabs(double(lf[i]) - double(le[i]));
@@ -291,9 +299,11 @@ TEST_F(Gemma3, FastPathAgreesWithExactMath) {
               agree, steps, rate, mean_dev);
   std::printf("llama.cpp's ids vs exact math: %zu / %zu = %.4f\n", ref_agree, steps,
               double(ref_agree) / double(steps));
-  EXPECT_GE(rate, all_cases ? 0.965 : 0.95);
-  EXPECT_GE(double(agree) + 0.01 * double(steps), double(ref_agree)) << "the fast path is farther from exact math "
-                                                                          "than llama.cpp's quantized path";
+  std::printf("where llama.cpp's id is exact math's top-1, the fast path agrees at %zu / %zu\n", both_agree,
+              ref_agree);
+  EXPECT_GE(rate, all_cases ? 0.99 : 0.985);
+  EXPECT_GE(double(both_agree), 0.99 * double(ref_agree));
+  EXPECT_GE(agree, ref_agree) << "the fast path is farther from exact math than llama.cpp's quantized path";
   EXPECT_LT(mean_dev, 0.235);
   llm_model_free(exact);
 }

@@ -1,7 +1,8 @@
 // Matmul of the GGUF block types run as stored (Q5_0, Q5_1, IQ4_NL, Q2_K ..
 // Q6_K, IQ4_XS), for every kernel family this CPU has:
-//   - the activation quantizers give ggml's q8_0 / q8_1 / q8_K bytes (against
-//     a transcription of ggml's formulas here);
+//   - the activation quantizers give ggml's q8_0 (with an f32 d) / q8_1 / q8_K bytes (against
+//     a transcription of ggml's formulas here), and the AVX-512 family's
+//     Q8_K with sub-scales follows its definition (matmul_ggml.h);
 //   - the unpackers give the plain ones' bytes, and the plain ones give the
 //     values of ggml's own decoders;
 //   - Fast mode equals the math of the quantized activations up to f32
@@ -12,6 +13,8 @@
 //     crash.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -69,8 +72,8 @@ float fp16_round(float v) { return llm::f16_to_f32(llm::f32_to_f16(v)); }
 
 // quantize_row_q8_0 / _q8_1 of ggml-cpu's x86 AVX2 code: d = amax / 127 as
 // fp16, q = round-half-even(x * (127 / amax)); q8_1's s = fp16(d * sum q)
-// with the f32 d.
-void ggml_q8_0(const float* x, int8_t* q, float* d, float* s) {
+// with the f32 d. libllm keeps Q8_0's d in f32 (f16_d false).
+void ggml_q8_0(const float* x, int8_t* q, float* d, float* s, bool f16_d) {
   float amax = 0;
   for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
   const float dd = amax / 127.f;
@@ -80,7 +83,7 @@ void ggml_q8_0(const float* x, int8_t* q, float* d, float* s) {
     q[j] = int8_t(std::nearbyint(x[j] * id));
     sum += q[j];
   }
-  *d = fp16_round(dd);
+  *d = f16_d ? fp16_round(dd) : dd;
   *s = fp16_round(dd * float(sum));
 }
 
@@ -133,7 +136,8 @@ TEST(GgufActivations, QuantizersGiveGgmlBytes) {
       if (a == kern::GgmlAct::Q8_K)
         ggml_q8_k(&x[size_t(b * 256)], &wq[size_t(b * 256)], &wd[size_t(b)], &wbs[size_t(b * 16)]);
       else
-        ggml_q8_0(&x[size_t(b * 32)], &wq[size_t(b * 32)], &wd[size_t(b)], &ws[size_t(b)]);
+        ggml_q8_0(&x[size_t(b * 32)], &wq[size_t(b * 32)], &wd[size_t(b)], &ws[size_t(b)],
+                  a == kern::GgmlAct::Q8_1);
     }
     // The portable quantizer, and the AVX2 one both families use.
     for (bool simd : {false, true}) {
@@ -182,7 +186,7 @@ TEST(GgufActivations, NonFiniteInputsGiveANanScale) {
       kern::quantize_ggml_x(a, x.data(), 1, 256, q.data(), d, s, bs);
       EXPECT_TRUE(std::isnan(d[0])) << int(a) << " " << bad;
       if (a != kern::GgmlAct::Q8_K) {
-        EXPECT_EQ(d[1], fp16_round(0.5f / 127.f));
+        EXPECT_EQ(d[1], a == kern::GgmlAct::Q8_1 ? fp16_round(0.5f / 127.f) : 0.5f / 127.f);
       }
 #if defined(__x86_64__) || defined(_M_X64)
       if (llm::cpu::best_isa() >= Isa::Avx2) {
@@ -194,6 +198,126 @@ TEST(GgufActivations, NonFiniteInputsGiveANanScale) {
       }
 #endif
     }
+}
+
+// Q8_K with sub-scales, checked against its definition: d = amax / (127 *
+// 8); every e the smallest in 1..8 that covers its 32 values; q the rounded
+// quotient; bsums e times the 16-value sums; and finer than ggml's Q8_K
+// where one sub-block holds the large values.
+TEST(GgufActivations, SubScalesFollowTheirDefinition) {
+  std::mt19937 rng(4);
+  const int64_t n = 2, cols = 768, E = kern::kSubScaleMax;
+  std::vector<float> x = random_x(n, cols, rng);
+  for (int j = 0; j < 32; ++j) x[size_t(32 + j)] = 0.f;          // a zero sub-block
+  for (int j = 0; j < 32; ++j) x[size_t(64 + j)] *= 1e-3f;       // a tiny one: e = 1
+  x[size_t(256 + 7)] = 40.f;                                    // one large value
+  for (int j = 0; j < 256; ++j) x[size_t(512 + j)] = 0.f;        // an all-zero super-block
+  for (int j = 0; j < 256; ++j) x[size_t(cols + j)] = 1e-41f;    // d below FLT_MIN: zeros
+  std::vector<int8_t> q(size_t(n * cols), 99);
+  std::vector<float> d(size_t(n * cols / 256));
+  std::vector<uint8_t> e(size_t(n * cols / 32));
+  std::vector<int16_t> bs(size_t(n * cols / 16));
+  kern::quantize_q8_ks(x.data(), n, cols, q.data(), d.data(), e.data(), bs.data());
+  for (int64_t sb = 0; sb < n * cols / 256; ++sb) {
+    SCOPED_TRACE(sb);
+    const float* xs = &x[size_t(256 * sb)];
+    float amax = 0;
+    for (int j = 0; j < 256; ++j) amax = std::max(amax, std::fabs(xs[j]));
+    const float dd = amax / (127.f * float(E));
+    if (!(dd >= FLT_MIN)) {
+      EXPECT_EQ(d[size_t(sb)], 0.f);
+      for (int j = 0; j < 256; ++j) EXPECT_EQ(q[size_t(256 * sb + j)], 0);
+      continue;
+    }
+    EXPECT_EQ(d[size_t(sb)], dd);
+    int largest = 0;
+    for (int k = 0; k < 8; ++k) {
+      float a = 0;
+      for (int j = 0; j < 32; ++j) a = std::max(a, std::fabs(xs[32 * k + j]));
+      const int ek = e[size_t(8 * sb + k)];
+      largest = std::max(largest, ek);
+      ASSERT_GE(ek, 1);
+      ASSERT_LE(ek, E);
+      EXPECT_LE(a, 127.f * dd * float(ek) * (1 + 1e-6f));                 // covers
+      if (ek > 1) {
+        EXPECT_GT(a, 127.f * dd * float(ek - 1) * (1 - 1e-6f));  // and is the smallest
+      }
+      const float iscale = 1.f / (dd * float(ek));
+      int sum[2] = {0, 0};
+      for (int j = 0; j < 32; ++j) {
+        const int8_t qj = q[size_t(256 * sb + 32 * k + j)];
+        EXPECT_EQ(qj, int8_t(std::max(-127.f, std::min(127.f, std::nearbyint(xs[32 * k + j] * iscale)))));
+        EXPECT_LE(std::fabs(xs[32 * k + j] - dd * float(ek) * float(qj)), 0.5f * dd * float(ek) * (1 + 1e-5f));
+        sum[j / 16] += qj;
+      }
+      EXPECT_EQ(bs[size_t(16 * sb + 2 * k)], ek * sum[0]);
+      EXPECT_EQ(bs[size_t(16 * sb + 2 * k + 1)], ek * sum[1]);
+    }
+    EXPECT_EQ(largest, E);  // the sub-block with amax uses the whole range
+  }
+  EXPECT_EQ(e[1], 1);   // the zero sub-block
+  EXPECT_EQ(e[2], 1);   // the tiny one
+  // Super-block 1 (one value of 40 among N(0, 1)): the other sub-blocks get
+  // e = 1 and 8 times finer steps than ggml's Q8_K, whose one scale is set
+  // by the 40.
+  std::vector<int8_t> gq(256);
+  float gd;
+  int16_t gbs[16];
+  kern::quantize_ggml_x(kern::GgmlAct::Q8_K, &x[256], 1, 256, gq.data(), &gd, nullptr, gbs);
+  double err_sub = 0, err_ggml = 0;
+  for (int j = 0; j < 256; ++j) {
+    err_sub += std::fabs(x[size_t(256 + j)] - d[1] * float(e[size_t(8 + j / 32)]) * float(q[size_t(256 + j)]));
+    err_ggml += std::fabs(x[size_t(256 + j)] - gd * float(gq[size_t(j)]));
+  }
+  EXPECT_LT(err_sub, 0.25 * err_ggml);
+  // A NaN or Inf anywhere in a super-block: a NaN d, no trap.
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    std::vector<float> y(256, 0.5f);
+    y[100] = bad;
+    kern::quantize_q8_ks(y.data(), 1, 256, q.data(), d.data(), e.data(), bs.data());
+    EXPECT_TRUE(std::isnan(d[0])) << bad;
+  }
+}
+
+// The AVX-512 family's quantizer gives quantize_q8_ks's bytes: random rows,
+// a sub-block of exact .5 ties, a zero and a tiny super-block, NaN and Inf.
+TEST(GgufActivations, SubScalesAvx512GivesThePortableBytes) {
+#if defined(__x86_64__) || defined(_M_X64)
+  if (llm::cpu::best_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 kernels on this CPU/build";
+  std::mt19937 rng(5);
+  const int64_t n = 5, cols = 1024;
+  std::vector<float> x = random_x(n, cols, rng);
+  // d = 1 (amax 1016 in sub-block 1), and sub-block 0's e = 1: ties at .5 steps.
+  for (int j = 0; j < 32; ++j) x[size_t(j)] = float(j % 9) - 4.5f;
+  x[32] = 127.f * 8.f;
+  for (int j = 0; j < 256; ++j) x[size_t(256 + j)] = 0.f;
+  for (int j = 0; j < 256; ++j) x[size_t(512 + j)] = 1e-41f * float(j % 3);
+  x[size_t(cols + 300)] = NAN;
+  x[size_t(2 * cols + 3)] = -INFINITY;
+  x[size_t(3 * cols + 40)] *= 1e4f;
+  std::vector<int8_t> q(size_t(n * cols)), q2(q.size());
+  std::vector<float> d(size_t(n * cols / 256)), d2(d.size());
+  std::vector<uint8_t> e(size_t(n * cols / 32)), e2(e.size());
+  std::vector<int16_t> bs(size_t(n * cols / 16)), bs2(bs.size());
+  kern::quantize_q8_ks(x.data(), n, cols, q.data(), d.data(), e.data(), bs.data());
+  kern::quantize_q8_ks_avx512(x.data(), n, cols, q2.data(), d2.data(), e2.data(), bs2.data());
+  EXPECT_EQ(q, q2);
+  EXPECT_EQ(e, e2);
+  EXPECT_EQ(bs, bs2);
+  ASSERT_EQ(d.size(), d2.size());
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (std::isnan(d[i])) {
+      EXPECT_TRUE(std::isnan(d2[i])) << i;
+    } else {
+      EXPECT_EQ(d[i], d2[i]) << i;
+    }
+  }
+  EXPECT_EQ(e[0], 1);
+  EXPECT_EQ(q[1], -4);  // -3.5 -> -4 (even)
+  EXPECT_EQ(q[2], -2);  // -2.5 -> -2
+#else
+  GTEST_SKIP() << "x86 only";
+#endif
 }
 
 // --- unpacking ---------------------------------------------------------------
@@ -283,15 +407,31 @@ struct Oracle {
   std::vector<double> scale;  // sum |w| |x|, for the f32 rounding allowance
 };
 
+// Whether family `isa` quantizes t's activations as Q8_K with sub-scales.
+bool sub_scaled(Isa isa, DType t) {
+#if defined(__x86_64__) || defined(_M_X64)
+  return isa == Isa::Avx512 && kern::ggml_act_of(t) == kern::GgmlAct::Q8_K && kern::ggml_avx512_runs(t);
+#else
+  (void)isa;
+  (void)t;
+  return false;
+#endif
+}
+
 // y[i][r] from the dequantized weights (ggml's decoders) and x as ggml
-// quantizes it for t (the quantizer checked above).
-Oracle oracle(const WeightView& w, const std::vector<float>& x, int64_t n) {
+// quantizes it for t (the quantizer checked above), or as Q8_K with
+// sub-scales.
+Oracle oracle(const WeightView& w, const std::vector<float>& x, int64_t n, bool sub_scales = false) {
   const kern::GgmlAct a = kern::ggml_act_of(w.dtype);
   const int64_t cols = w.cols, blk = kern::ggml_act_block(a), nb = cols / blk;
   std::vector<int8_t> q(size_t(n * cols));
   std::vector<float> d(size_t(n * nb)), s(size_t(n * nb));
   std::vector<int16_t> bs(size_t(n * cols / 16));
-  kern::quantize_ggml_x(a, x.data(), n, cols, q.data(), d.data(), s.data(), bs.data());
+  std::vector<uint8_t> e(size_t(n * cols / 32), 1);
+  if (sub_scales)
+    kern::quantize_q8_ks(x.data(), n, cols, q.data(), d.data(), e.data(), bs.data());
+  else
+    kern::quantize_ggml_x(a, x.data(), n, cols, q.data(), d.data(), s.data(), bs.data());
   Oracle o;
   o.yq.assign(size_t(n * w.rows), 0.0);
   o.bound = o.scale = o.yq;
@@ -301,7 +441,8 @@ Oracle oracle(const WeightView& w, const std::vector<float>& x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       double yq = 0, bound = 0, scale = 0;
       for (int64_t k = 0; k < cols; ++k) {
-        const double xk = x[size_t(i * cols + k)], xh = double(d[size_t(i * nb + k / blk)]) * q[size_t(i * cols + k)];
+        const double xk = x[size_t(i * cols + k)],
+                     xh = double(d[size_t(i * nb + k / blk)]) * e[size_t((i * cols + k) / 32)] * q[size_t(i * cols + k)];
         yq += double(row[size_t(k)]) * xh;
         bound += std::fabs(double(row[size_t(k)])) * std::fabs(xk - xh);
         scale += std::fabs(double(row[size_t(k)])) * (std::fabs(xk) + std::fabs(xh));
@@ -344,10 +485,11 @@ TEST(GgufMatmul, FastIsTheQuantizedActivationMathAndWithinItsErrorOfReference) {
       const WeightView w = view_of(t, rows, cols, bytes);
       for (int64_t n : {1, 3, 8, 13}) {
         const std::vector<float> x = random_x(n, cols, rng);
-        const Oracle o = oracle(w, x, n);
+        const Oracle og = oracle(w, x, n), os = oracle(w, x, n, true);
         for_each_isa([&](Isa isa) {
           SCOPED_TRACE(testing::Message() << llm::dtype_name(t) << " cols " << cols << " n " << n << " "
                                           << llm::cpu::isa_name(isa));
+          const Oracle& o = sub_scaled(isa, t) ? os : og;
           std::vector<float> fast(size_t(n * rows)), ref(fast.size());
           llm::cpu::matmul(w, x.data(), n, fast.data(), &pool, MatmulMode::Fast);
           llm::cpu::matmul(w, x.data(), n, ref.data(), &pool, MatmulMode::Reference);
@@ -365,20 +507,22 @@ TEST(GgufMatmul, FastIsTheQuantizedActivationMathAndWithinItsErrorOfReference) {
 // output, and Fast mode really differs from Reference mode.
 TEST(GgufMatmul, ActivationErrorBoundIsTight) {
   std::mt19937 rng(8);
-  for (DType t : {DType::Q5_0, DType::Q4_K, DType::Q6_K}) {
-    const int64_t rows = 16, cols = 512, n = 2;
-    const std::vector<uint8_t> bytes = random_gguf_rows(t, rows, cols, rng);
-    const WeightView w = view_of(t, rows, cols, bytes);
-    const std::vector<float> x = random_x(n, cols, rng);
-    const Oracle o = oracle(w, x, n);
-    double bound = 0, scale = 0;
-    for (size_t k = 0; k < o.bound.size(); ++k) {
-      bound += o.bound[k];
-      scale += o.scale[k];
+  for (DType t : {DType::Q5_0, DType::Q4_K, DType::Q6_K})
+    for (bool sub_scales : {false, true}) {
+      if (sub_scales && kern::ggml_act_of(t) != kern::GgmlAct::Q8_K) continue;
+      const int64_t rows = 16, cols = 512, n = 2;
+      const std::vector<uint8_t> bytes = random_gguf_rows(t, rows, cols, rng);
+      const WeightView w = view_of(t, rows, cols, bytes);
+      const std::vector<float> x = random_x(n, cols, rng);
+      const Oracle o = oracle(w, x, n, sub_scales);
+      double bound = 0, scale = 0;
+      for (size_t k = 0; k < o.bound.size(); ++k) {
+        bound += o.bound[k];
+        scale += o.scale[k];
+      }
+      EXPECT_LT(bound, 0.02 * scale) << llm::dtype_name(t);
+      EXPECT_GT(bound, 0.0) << llm::dtype_name(t);
     }
-    EXPECT_LT(bound, 0.02 * scale) << llm::dtype_name(t);
-    EXPECT_GT(bound, 0.0) << llm::dtype_name(t);
-  }
 }
 
 TEST(GgufMatmul, BatchAndThreadInvariantAndManyEqualsOneByOne) {

@@ -248,17 +248,25 @@ PreparedX prepare_ggml_x(const WeightView& w, const float* x, int64_t n, ThreadP
   g.act = kern::ggml_act_of(w.dtype);
   g.cols = w.cols;
   const size_t nq = size_t(n) * size_t(w.cols), nb = nq / size_t(kern::ggml_act_block(g.act));
-  thread_local std::vector<uint8_t> q, d, s, bs;
+#if defined(LLM_AVX512_KERNELS)
+  p.avx512 = use_avx512_kernels() && kern::ggml_avx512_runs(w.dtype);
+#endif
+  thread_local std::vector<uint8_t> q, d, s, bs, e;
   int8_t* qp = aligned_scratch<int8_t>(q, nq);
   float* dp = aligned_scratch<float>(d, nb);
   float* sp = g.act == kern::GgmlAct::Q8_1 ? aligned_scratch<float>(s, nb) : nullptr;
   int16_t* bp = g.act == kern::GgmlAct::Q8_K ? aligned_scratch<int16_t>(bs, nq / 16) : nullptr;
+  // The AVX-512 family's K-quant activations: Q8_K with sub-scales.
+  uint8_t* ep = p.avx512 && g.act == kern::GgmlAct::Q8_K ? aligned_scratch<uint8_t>(e, nq / 32) : nullptr;
   const int64_t cols = w.cols, nbr = cols / kern::ggml_act_block(g.act);
   over_rows(n, pool, [&](int64_t r0, int64_t r1) {
     int8_t* q = qp + r0 * cols;
     float* d = dp + r0 * nbr;
     float* s = sp ? sp + r0 * nbr : nullptr;
     int16_t* b = bp ? bp + r0 * (cols / 16) : nullptr;
+#if defined(LLM_AVX512_KERNELS)
+    if (ep) return kern::quantize_q8_ks_avx512(x + r0 * cols, r1 - r0, cols, q, d, ep + r0 * (cols / 32), b);
+#endif
 #if defined(__x86_64__) || defined(_M_X64)
     if (p.avx2)
       kern::quantize_ggml_x_avx2(g.act, x + r0 * cols, r1 - r0, cols, q, d, s, b);
@@ -270,8 +278,8 @@ PreparedX prepare_ggml_x(const WeightView& w, const float* x, int64_t n, ThreadP
   g.d = dp;
   g.s = sp;
   g.bsums = bp;
+  g.e = ep;
 #if defined(LLM_AVX512_KERNELS)
-  p.avx512 = use_avx512_kernels() && kern::ggml_avx512_runs(w.dtype);
   if (p.avx512 && g.act == kern::GgmlAct::Q8_0) {
     thread_local std::vector<uint8_t> quads;
     uint8_t* qd = aligned_scratch<uint8_t>(quads, size_t(n) * size_t(kern::quad_count(w.cols) * kern::kQuadBytes));

@@ -40,7 +40,8 @@ inline int round_even(float v) {
 
 inline bool finite(float a) { return a <= FLT_MAX; }  // a >= 0 here; false for +Inf and NaN
 
-// Q8_0 / Q8_1 block of 32 as ggml-cpu's AVX2 quantize_row_q8_0/_1.
+// Q8_0 / Q8_1 block of 32 as ggml-cpu's AVX2 quantize_row_q8_0/_1, but for
+// Q8_0's d, kept in f32.
 void quantize_q8_0_block(const float* x, int8_t* q, float* d, float* s, bool q8_1) {
   float amax = 0.0f;
   bool bad = false;
@@ -57,7 +58,7 @@ void quantize_q8_0_block(const float* x, int8_t* q, float* d, float* s, bool q8_
   }
   const float dd = amax / 127.0f;
   const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  *d = f16_to_f32(f32_to_f16(dd));
+  *d = q8_1 ? f16_to_f32(f32_to_f16(dd)) : dd;  // Q8_0 keeps d in f32 (matmul_ggml.h)
   int sum = 0;
   for (int j = 0; j < 32; ++j) {
     q[j] = int8_t(round_even(x[j] * id));
@@ -97,6 +98,43 @@ void quantize_q8_k_block(const float* x, int8_t* q, float* d, int16_t* bsums) {
   *d = 1.0f / iscale;
 }
 
+// Q8_K with sub-scales (matmul_ggml.h) of one super-block.
+void quantize_q8_ks_block(const float* x, int8_t* q, float* d, uint8_t* e, int16_t* bsums) {
+  float sub[8] = {}, amax = 0.0f;
+  bool bad = false;
+  for (int k = 0; k < 8; ++k) {
+    for (int j = 0; j < 32; ++j) {
+      const float a = std::fabs(x[32 * k + j]);
+      bad |= !finite(a);
+      sub[k] = a > sub[k] ? a : sub[k];
+    }
+    amax = sub[k] > amax ? sub[k] : amax;
+  }
+  const float dd = amax / (127.0f * float(kSubScaleMax));
+  if (bad || !(dd >= FLT_MIN)) {
+    std::memset(q, 0, 256);
+    std::memset(e, 1, 8);
+    std::memset(bsums, 0, 16 * sizeof(int16_t));
+    *d = bad ? NAN : 0.0f;
+    return;
+  }
+  for (int k = 0; k < 8; ++k) {
+    const float need = std::ceil(sub[k] / (127.0f * dd));
+    const int ek = need < 1.0f ? 1 : need > float(kSubScaleMax) ? kSubScaleMax : int(need);
+    const float iscale = 1.0f / (dd * float(ek));
+    int sum[2] = {0, 0};
+    for (int j = 0; j < 32; ++j) {
+      const int v = round_even(x[32 * k + j] * iscale);
+      q[32 * k + j] = int8_t(v > 127 ? 127 : v < -127 ? -127 : v);
+      sum[j / 16] += q[32 * k + j];
+    }
+    e[k] = uint8_t(ek);
+    bsums[2 * k] = int16_t(ek * sum[0]);
+    bsums[2 * k + 1] = int16_t(ek * sum[1]);
+  }
+  *d = dd;
+}
+
 // 6-bit scale and minimum j (0..7) of the Q4_K / Q5_K 12-byte array.
 inline void scale_min_k4(int j, const uint8_t* s, int* sc, int* mn) {
   if (j < 4) {
@@ -130,6 +168,12 @@ void quantize_ggml_x(GgmlAct a, const float* x, int64_t n, int64_t cols, int8_t*
                             a == GgmlAct::Q8_1);
     }
   }
+}
+
+void quantize_q8_ks(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, uint8_t* e, int16_t* bsums) {
+  const int64_t nsb = cols / 256;
+  for (int64_t i = 0; i < n * nsb; ++i)
+    quantize_q8_ks_block(x + 256 * i, q + 256 * i, d + i, e + 8 * i, bsums + 16 * i);
 }
 
 void unpack_k_ref(DType t, const uint8_t* b, KUnpacked* o) {

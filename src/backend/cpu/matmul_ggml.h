@@ -2,11 +2,13 @@
 // run as stored (quant/dtype.h: Q5_0, Q5_1, IQ4_NL, Q2_K .. Q6_K, IQ4_XS), in Fast
 // mode. Reference mode dequantizes them like every other type (matmul.cpp).
 //
-// The activations are quantized exactly as ggml quantizes them for that
-// weight type (ggml-cpu's vec_dot_type), so every block's integer dot is
-// llama.cpp's:
-//   Q5_0, IQ4_NL -> Q8_0: per 32 values d = amax / 127 stored as fp16,
-//                   q = round-half-even(x * (127 / amax));
+// The activations are quantized as ggml quantizes them for that weight type
+// (ggml-cpu's vec_dot_type), so every block's integer dot is llama.cpp's,
+// with two refinements that cost nothing and halve the distance of Gemma 3
+// 270M's fast path from exact math (docs/QUANTIZATION.md): Q8_0 keeps its d
+// in f32, and the AVX-512 family uses Q8_K with sub-scales (below):
+//   Q5_0, IQ4_NL -> Q8_0: per 32 values d = amax / 127 in f32 (ggml rounds it
+//                   to fp16), q = round-half-even(x * (127 / amax));
 //   Q5_1         -> Q8_1: the same q and d, plus s = fp16(d * sum(q)) with
 //                   the unrounded d (the x86 AVX2 quantize_row_q8_1);
 //   K-quants, IQ4_XS -> Q8_K: per 256 values, with max the value of largest
@@ -14,6 +16,12 @@
 //                   q = min(127, round-half-even(iscale * x)), d = 1 / iscale
 //                   kept in f32, and bsums = sum(q) per 16 values
 //                   (quantize_row_q8_K_ref, which x86 uses as it is).
+// The AVX-512 family quantizes the K-quants' and IQ4_XS's activations more
+// finely than ggml (Q8_K with sub-scales, quantize_q8_ks below): each 32
+// values get their own integer multiplier e of the super-block's d, so a
+// sub-block of small values (the FFN down projection's input after the
+// gate is mostly such) keeps its precision. The integer dot is then
+//   sum_k (sc[k] * e[k]) * sum_{values} u * q, with bsums already times e.
 // The weight side is unpacked exactly into integer codes and integer scales
 // (below), then:
 //   32-value blocks: y += (d_w * d_x) * sum(w * q) [Q5_1: + m_w * s_x]
@@ -58,6 +66,7 @@ struct GgmlX {
   const float* d = nullptr;        // [n][cols / block]; Q8_0/Q8_1: the fp16 scale as a float
   const float* s = nullptr;        // Q8_1: [n][cols / 32] fp16(d * sum(q)) as a float; else null
   const int16_t* bsums = nullptr;  // Q8_K: [n][cols / 16]; else null
+  const uint8_t* e = nullptr;      // Q8_K with sub-scales: [n][cols / 32], 1..kSubScaleMax; null: ggml's Q8_K
   const uint8_t* quads = nullptr;  // AVX-512 family, Q8_0 types: the quad layout below; else null
   int64_t cols = 0;
 };
@@ -67,6 +76,20 @@ struct GgmlX {
 // bsums (Q8_K only) [n * cols / 16].
 void quantize_ggml_x(GgmlAct a, const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* s,
                      int16_t* bsums);
+
+// Q8_K with sub-scales. Per 256 values (a super-block): d = amax /
+// (127 * kSubScaleMax) in f32, amax the largest |x|; per 32 values the
+// smallest integer e in 1..kSubScaleMax with amax_32 <= 127 * d * e (amax_32
+// their largest |x|); q = round-half-even(x * (1 / (d * e))) clamped to
+// -127..127, and bsums = e * sum(q) per 16 values. Value i is then
+// d * e[i / 32] * q[i]. A super-block with a NaN or Inf gets d = NaN (its
+// outputs are NaN, as with ggml's Q8_K); one whose d would be below the
+// smallest normal float is quantized to zeros (d = 0). kSubScaleMax = 8
+// keeps every integer in range: bsums <= 8 * 16 * 127 (int16, and a pair of
+// them too), sc * e <= 128 * 8 (int16), and a super-block's S within int32
+// for every type (Q6_K: 16 * 63 * 127 * 128 * 8 * 16 < 2^31).
+constexpr int kSubScaleMax = 8;
+void quantize_q8_ks(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, uint8_t* e, int16_t* bsums);
 
 // --- unpacked weights ------------------------------------------------------
 // A K-quant super-block as codes and integer scales: its value i is
@@ -100,7 +123,7 @@ void unpack_k_ref(DType t, const uint8_t* blk, KUnpacked* out);
 // in -127..113.
 void unpack_b32_ref(DType t, const uint8_t* blk, int8_t* q /* [32] */, float* d, float* m);
 
-// Portable kernels (the fallback without AVX2).
+// Portable kernels (the fallback without AVX2; ggml's activations, x.e null).
 void matmul_ggml_scalar(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1);
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -124,7 +147,11 @@ void unpack_b32_rows_avx2(DType t, const uint8_t* w, size_t rb, int nr, int64_t 
 
 // AVX-512 family. It runs the K-quants, IQ4_XS, Q5_0 and IQ4_NL itself; Q5_1 it
 // hands to the AVX2 kernels (ggml_avx512_runs), for decode and prefill alike.
+// Its K-quant and IQ4_XS activations are Q8_K with sub-scales (x.e set),
+// from quantize_q8_ks_avx512 (quantize_q8_ks's bytes).
 bool ggml_avx512_runs(DType t);
+void quantize_q8_ks_avx512(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, uint8_t* e,
+                           int16_t* bsums);
 // Q5_0 / IQ4_NL activations in the quad layout of gemm_kernels.h
 // (kQuadBytes per 4 blocks), with the ggml Q8_0 q and d of `x` and the
 // offset correction of t's unsigned weight codes (K = 16 for Q5_0, 128 for

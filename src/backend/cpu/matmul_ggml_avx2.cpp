@@ -977,7 +977,7 @@ void quantize_q8_0_blocks(const float* x, int64_t nb, int8_t* q, float* d, float
     }
     const float dd = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    d[b] = _cvtsh_ss(_cvtss_sh(dd, 0));
+    d[b] = s ? _cvtsh_ss(_cvtss_sh(dd, 0)) : dd;  // Q8_0 keeps d in f32 (matmul_ggml.h)
     const __m256i v = round_pack32(x + 32 * b, _mm256_set1_ps(id));
     store256(qb, v);
     if (s) {

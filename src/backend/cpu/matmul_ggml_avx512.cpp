@@ -3,8 +3,9 @@
 // use_avx512_kernels() said yes. Q5_1 is not here: the dispatcher hands it to
 // the AVX2 kernels (ggml_avx512_runs), for decode and prefill alike.
 //
-// K-quants (Q8_K activations). The family's order, per (W row, x row) and
-// super-block: S = sum over sub-blocks k of sc_k * dot_k and M = sum over
+// K-quants (Q8_K activations with sub-scales e, quantize_q8_ks). The
+// family's order, per (W row, x row) and super-block: S = sum over
+// sub-blocks k of (sc_k * e_k) * dot_k and M = sum over
 // 16-value groups j of mn_j * bsums_j, both exact int32 (IQ4_XS: codes + 128
 // with mn_j = 128 * sc_j, the same S - M), then
 //   Q3_K, Q6_K, IQ4_XS: acc = fma(float(S - M), d * d_x, acc);
@@ -13,7 +14,7 @@
 // and the output is acc. Prefill and batches of more than kDirectBatch x
 // rows decode 16 W rows once per call, straight from the stored blocks, into
 // a panel with the rows in lanes: vpdpbusd of 4 codes per row against 4
-// bytes of an x row broadcast, vpmulld by the sub-block's scales, vpdpwssd
+// bytes of an x row broadcast, vpmulld by the sub-block's sc * e, vpdpwssd
 // of minimum pairs against bsum pairs. Decode reads the stored blocks in
 // registers (KRegs), sums the same integers over the lanes of vpmaddubsw /
 // vpdpwssd and does the same f32 operations with 4 rows in lanes.
@@ -36,6 +37,8 @@
 #pragma GCC diagnostic pop
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
@@ -43,6 +46,7 @@
 
 #include "backend/cpu/gemm_kernels.h"
 #include "backend/cpu/matmul_ggml.h"
+#include "core/error.h"
 
 namespace llm::cpu::kern {
 
@@ -402,15 +406,15 @@ struct PrefetchStream {
 
 // The panel's rows (lanes) against C x rows, x row c at xq + c * xcols (its
 // scales and bsums likewise). Per super-block and (W row, x row):
-//   S = sum over sub-blocks k (SUB values) of sc_k * dot_k (vpdpbusd, then
-//       vpmulld), M = sum over 16-value groups j of mn_j * bsums_j
-//       (vpdpwssd), both exact int32;
+//   S = sum over sub-blocks k (SUB values) of sc_k * e_k * dot_k (vpdpbusd,
+//       then vpmulld by sc_k * e_k; e_k: x's sub-scale), M = sum over
+//       16-value groups j of mn_j * bsums_j (vpdpwssd), both exact int32;
 //   MinD:   acc = fma(float(S - M), d * d_x, acc);
 //   others: acc = fma(float(S), d * d_x, acc); acc = fma(float(M), dm * -d_x, acc).
 // This is the family's order for every K-quant (k_gemv gives the same bits).
 template <int SUB, bool MinD, int C>
 void k_panel_tile(const KPanelSb* P, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
-                  int64_t xcols, float* y, int64_t ys, __mmask16 rows, PrefetchStream& pf) {
+                  const uint8_t* xe, int64_t xcols, float* y, int64_t ys, __mmask16 rows, PrefetchStream& pf) {
   constexpr int kGroups = SUB / 4;  // 4-value groups per sub-block
   __m512 acc[C];
   LLM_UNROLL for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
@@ -428,7 +432,12 @@ void k_panel_tile(const KPanelSb* P, int64_t nsb, const int8_t* xq, const float*
         LLM_UNROLL for (int c = 0; c < C; ++c) D[c] = _mm512_dpbusd_epi32(D[c], wv, bcast32(xs + c * xcols + 4 * gi));
       }
       const __m512i sc = _mm512_load_si512(p.sc[k * (SUB / 16)]);
-      LLM_UNROLL for (int c = 0; c < C; ++c) S[c] = _mm512_add_epi32(S[c], _mm512_mullo_epi32(D[c], sc));
+      LLM_UNROLL for (int c = 0; c < C; ++c) {
+        // sc * e: the int32 lanes of sc are small, so vpmaddwd against e in
+        // each lane's low word is their product.
+        const __m512i sce = _mm512_madd_epi16(sc, _mm512_set1_epi32(xe[c * (xcols / 32) + sb * 8 + k * SUB / 32]));
+        S[c] = _mm512_add_epi32(S[c], _mm512_mullo_epi32(D[c], sce));
+      }
     }
     LLM_UNROLL for (int c = 0; c < C; ++c) D[c] = _mm512_setzero_si512();
     LLM_UNROLL for (int j = 0; j < 8; ++j) {
@@ -471,8 +480,9 @@ void k_panel_rows(const KPanelSb* P, int np, const int* nr, int64_t nsb, const G
   auto tile = [&](auto cols_tag, int64_t c0) {
     constexpr int C = decltype(cols_tag)::value;
     for (int g = 0; g < np; ++g)
-      k_panel_tile<SUB, MinD, C>(P + g * nsb, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols,
-                                 y + g * kPanel + c0 * ys, ys, __mmask16((1u << nr[g]) - 1), pf);
+      k_panel_tile<SUB, MinD, C>(P + g * nsb, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16),
+                                 x.e + c0 * (cols / 32), cols, y + g * kPanel + c0 * ys, ys,
+                                 __mmask16((1u << nr[g]) - 1), pf);
   };
   int64_t c0 = 0;
   for (; c0 + kPanelCols <= n; c0 += kPanelCols) tile(std::integral_constant<int, kPanelCols>{}, c0);
@@ -790,7 +800,7 @@ inline void lane_totals4_split(__m512i a0, __m512i a1, __m512i a2, __m512i a3, _
 // inside S (MinD).
 template <DType T, int R, int C>
 void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const float* xd, const int16_t* xbs,
-            int64_t xcols, float* y, int64_t ys, const uint8_t* pf) {
+            const uint8_t* xe, int64_t xcols, float* y, int64_t ys, const uint8_t* pf) {
   constexpr bool MinD = k_min_uses_d(T), Signed = k_signed(T), Quad = KRegs<T>::kQuad;
   constexpr size_t BB = KRegs<T>::kBytes;
   __m128 acc[C];
@@ -801,10 +811,17 @@ void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const fl
     __m512i S[4][C];
     float dr[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dmr[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     KQuad q;
+    // Each x row's 8 sub-scales e as int16 words (word j: e[j]).
+    __m128i e8[C];
+    LLM_UNROLL for (int c = 0; c < C; ++c)
+      e8[c] = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(xe + c * (xcols / 32) + sb * 8)));
+    // Quad: the 4 rows' scales times e, per x row (word 8 r + j: sc_j * e_j).
+    __m512i qsc[Quad ? C : 1];
     if constexpr (Quad) {
       const uint8_t* b[4];
       LLM_UNROLL for (int r = 0; r < 4; ++r) b[r] = w + size_t(r < R ? r : 0) * rb + size_t(sb) * BB;
       q = KRegs<T>::quad(b);
+      LLM_UNROLL for (int c = 0; c < C; ++c) qsc[c] = _mm512_mullo_epi16(q.sc, _mm512_broadcast_i32x4(e8[c]));
     }
     LLM_UNROLL for (int r = 0; r < 4; ++r)
       LLM_UNROLL for (int c = 0; c < C; ++c) S[r][c] = _mm512_setzero_si512();
@@ -814,12 +831,23 @@ void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const fl
         for (size_t o = 0; o < BB; o += 64)
           _mm_prefetch(reinterpret_cast<const char*>(pf + r * rb + size_t(sb) * BB + o), _MM_HINT_T0);
       const KRegs<T> u(blk);
-      LLM_UNROLL for (int p = 0; p < 4; ++p) {
-        __m512i wq = u.codes(p), s;
+      // Others: the row's 16 scales times e (word k: sc_k * e_{k / 2}), per x row.
+      __m512i rsc[Quad ? 1 : C];
+      if constexpr (!Quad) {
+        LLM_UNROLL for (int c = 0; c < C; ++c) {
+          const __m256i e16 = _mm256_set_m128i(_mm_unpackhi_epi16(e8[c], e8[c]), _mm_unpacklo_epi16(e8[c], e8[c]));
+          rsc[c] = _mm512_zextsi256_si512(_mm256_mullo_epi16(_mm512_castsi512_si256(u.sc), e16));
+        }
+      }
+      // The int16 multipliers of chunk p's pairs for x row c.
+      auto scales = [&](int c, int p) {
         if constexpr (Quad)
-          s = sv_chunk(q.sc, 8 * r + 2 * p, 4);
+          return sv_chunk(qsc[c], 8 * r + 2 * p, 4);
         else
-          s = u.scales(p);
+          return sv_chunk16(rsc[c], p);
+      };
+      LLM_UNROLL for (int p = 0; p < 4; ++p) {
+        __m512i wq = u.codes(p);
         if constexpr (Signed) {
           // |w|, and x negated where w < 0 (x is never -128): pairs of at
           // most 2 * 127 * 127.
@@ -828,13 +856,13 @@ void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const fl
           LLM_UNROLL for (int c = 0; c < C; ++c) {
             const __m512i xv = load512(xq + c * xcols + sb * 256 + 64 * p);
             const __m512i xs = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
-            S[r][c] = _mm512_dpwssd_epi32(S[r][c], _mm512_maddubs_epi16(aw, xs), s);
+            S[r][c] = _mm512_dpwssd_epi32(S[r][c], _mm512_maddubs_epi16(aw, xs), scales(c, p));
           }
         } else {
           // Pairs of at most 2 * 63 * 127: vpmaddubsw never saturates.
           LLM_UNROLL for (int c = 0; c < C; ++c)
-            S[r][c] = _mm512_dpwssd_epi32(S[r][c],
-                                          _mm512_maddubs_epi16(wq, load512(xq + c * xcols + sb * 256 + 64 * p)), s);
+            S[r][c] = _mm512_dpwssd_epi32(
+                S[r][c], _mm512_maddubs_epi16(wq, load512(xq + c * xcols + sb * 256 + 64 * p)), scales(c, p));
         }
       }
       if constexpr (!Quad) {
@@ -897,8 +925,8 @@ constexpr int64_t kDirectBatch = 4;
 template <DType T, int R, int C>
 void k_decode_tile(const uint8_t* wr, const WeightView& w, const GgmlX& x, int64_t c0, float* y, const uint8_t* pf) {
   const int64_t nsb = w.cols / 256, cols = x.cols;
-  k_gemv<T, R, C>(wr, w.row_bytes, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16), cols,
-                  y + c0 * w.rows, w.rows, pf);
+  k_gemv<T, R, C>(wr, w.row_bytes, nsb, x.q + c0 * cols, x.d + c0 * nsb, x.bsums + c0 * (cols / 16),
+                  x.e + c0 * (cols / 32), cols, y + c0 * w.rows, w.rows, pf);
 }
 
 template <DType T, int R>
@@ -1166,6 +1194,49 @@ void quad_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64
 
 bool ggml_avx512_runs(DType t) { return t != DType::Q5_1; }
 
+void quantize_q8_ks_avx512(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, uint8_t* e,
+                           int16_t* bsums) {
+  const __m512 sign = _mm512_set1_ps(-0.0f), big = _mm512_set1_ps(FLT_MAX);
+  for (int64_t i = 0; i < n * (cols / 256); ++i) {
+    const float* xs = x + 256 * i;
+    int8_t* qs = q + 256 * i;
+    float sub[8];
+    float amax = 0.0f;
+    __mmask16 bad = 0;
+    LLM_UNROLL for (int k = 0; k < 8; ++k) {
+      const __m512 a0 = _mm512_andnot_ps(sign, _mm512_loadu_ps(xs + 32 * k));
+      const __m512 a1 = _mm512_andnot_ps(sign, _mm512_loadu_ps(xs + 32 * k + 16));
+      bad |= _mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ);
+      sub[k] = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+      amax = sub[k] > amax ? sub[k] : amax;
+    }
+    // The scalar quantizer's scalar steps, in its order: the same bytes.
+    const float dd = amax / (127.0f * float(kSubScaleMax));
+    if (bad || !(dd >= FLT_MIN)) {
+      std::memset(qs, 0, 256);
+      std::memset(e + 8 * i, 1, 8);
+      std::memset(bsums + 16 * i, 0, 16 * sizeof(int16_t));
+      d[i] = bad ? NAN : 0.0f;
+      continue;
+    }
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    LLM_UNROLL for (int k = 0; k < 8; ++k) {
+      const float need = std::ceil(sub[k] / (127.0f * dd));
+      const int ek = need < 1.0f ? 1 : need > float(kSubScaleMax) ? kSubScaleMax : int(need);
+      const __m512 is = _mm512_set1_ps(1.0f / (dd * float(ek)));
+      LLM_UNROLL for (int h = 0; h < 2; ++h) {
+        // vcvtps2dq under the default MXCSR: round half to even.
+        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 32 * k + 16 * h), is));
+        v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * k + 16 * h), _mm512_cvtepi32_epi8(v));
+        bsums[16 * i + 2 * k + h] = int16_t(ek * _mm512_reduce_add_epi32(v));
+      }
+      e[8 * i + k] = uint8_t(ek);
+    }
+    d[i] = dd;
+  }
+}
+
 void ggml_quads_avx512(DType t, const GgmlX& x, int64_t n, uint8_t* out) {
   // Q5_0 codes are stored with bias 16, IQ4_NL ones with bias 128.
   const unsigned shift = t == DType::Q5_0 ? 4 : 7;
@@ -1201,6 +1272,7 @@ void ggml_quads_avx512(DType t, const GgmlX& x, int64_t n, uint8_t* out) {
 
 void matmul_ggml_avx512(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   if (x.act == GgmlAct::Q8_K) {
+    LLM_CHECK(x.e != nullptr, LLM_ERR_INTERNAL, "matmul_ggml_avx512: K-quant activations without sub-scales");
     // Sub-blocks of 32 values with one scale (Q4_K, Q5_K, IQ4_XS) or 16.
     switch (w.dtype) {
       case DType::Q4_K:
