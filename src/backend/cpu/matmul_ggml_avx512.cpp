@@ -1194,45 +1194,94 @@ void quad_matmul(const WeightView& w, const GgmlX& x, int64_t n, float* y, int64
 
 bool ggml_avx512_runs(DType t) { return t != DType::Q5_1; }
 
+namespace {
+
+// Pairwise step of the 16-into-1 reductions below: within each 128-bit lane,
+// [a0 + a2 | b0 + b2 | a1 + a3 | b1 + b3] (op = add or max).
+template <class Op>
+inline __m512i pair32(__m512i a, __m512i b, Op op) {
+  return op(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+template <class Op>
+inline __m512i quad32(__m512i ab, __m512i cd, Op op) {
+  return op(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+}
+// From quad32 results u0, u1 (128-bit lane L of u holding lane L's totals of
+// its 4 vectors), the 4 lanes folded: [u0 totals | u0 totals' | u1 | u1'],
+// blocks 0 and 2 holding u0's and u1's 4 totals once all are folded.
+template <class Op>
+inline __m512i fold_lanes(__m512i u0, __m512i u1, Op op) {
+  const __m512i x = op(_mm512_shuffle_i32x4(u0, u1, 0x88), _mm512_shuffle_i32x4(u0, u1, 0xdd));
+  return op(x, _mm512_shuffle_i32x4(x, x, 0xb1));
+}
+
+}  // namespace
+
 void quantize_q8_ks_avx512(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, uint8_t* e,
                            int16_t* bsums) {
   const __m512 sign = _mm512_set1_ps(-0.0f), big = _mm512_set1_ps(FLT_MAX);
+  const auto maxi = [](__m512i a, __m512i b) { return _mm512_max_epi32(a, b); };  // |x| bits order as floats
+  const auto addi = [](__m512i a, __m512i b) { return _mm512_add_epi32(a, b); };
   for (int64_t i = 0; i < n * (cols / 256); ++i) {
     const float* xs = x + 256 * i;
     int8_t* qs = q + 256 * i;
-    float sub[8];
-    float amax = 0.0f;
     __mmask16 bad = 0;
+    __m512i m[8];
     LLM_UNROLL for (int k = 0; k < 8; ++k) {
       const __m512 a0 = _mm512_andnot_ps(sign, _mm512_loadu_ps(xs + 32 * k));
       const __m512 a1 = _mm512_andnot_ps(sign, _mm512_loadu_ps(xs + 32 * k + 16));
       bad |= _mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ);
-      sub[k] = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-      amax = sub[k] > amax ? sub[k] : amax;
+      m[k] = _mm512_castps_si512(_mm512_max_ps(a0, a1));
     }
-    // The scalar quantizer's scalar steps, in its order: the same bytes.
-    const float dd = amax / (127.0f * float(kSubScaleMax));
-    if (bad || !(dd >= FLT_MIN)) {
+    if (bad) {
       std::memset(qs, 0, 256);
       std::memset(e + 8 * i, 1, 8);
       std::memset(bsums + 16 * i, 0, 16 * sizeof(int16_t));
-      d[i] = bad ? NAN : 0.0f;
+      d[i] = NAN;
       continue;
     }
+    // The 8 sub-blocks' largest |x| (non-negative finite floats order as
+    // their bit patterns): sub[k] = m[k]'s lane maximum.
+    alignas(64) float subv[16];
+    _mm512_store_si512(subv, fold_lanes(quad32(pair32(m[0], m[1], maxi), pair32(m[2], m[3], maxi), maxi),
+                                        quad32(pair32(m[4], m[5], maxi), pair32(m[6], m[7], maxi), maxi), maxi));
+    const float sub[8] = {subv[0], subv[1], subv[2], subv[3], subv[8], subv[9], subv[10], subv[11]};
+    float amax = 0.0f;
+    for (int k = 0; k < 8; ++k) amax = sub[k] > amax ? sub[k] : amax;
+    // The scalar quantizer's scalar steps, in its order: the same bytes.
+    const float dd = amax / (127.0f * float(kSubScaleMax));
+    if (!(dd >= FLT_MIN)) {
+      std::memset(qs, 0, 256);
+      std::memset(e + 8 * i, 1, 8);
+      std::memset(bsums + 16 * i, 0, 16 * sizeof(int16_t));
+      d[i] = 0.0f;
+      continue;
+    }
+    const float inv = 1.0f / (127.0f * dd), rd = 1.0f / dd;
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    __m512i v[16];
+    alignas(64) int32_t ev[16];
     LLM_UNROLL for (int k = 0; k < 8; ++k) {
-      const float need = std::ceil(sub[k] / (127.0f * dd));
-      const int ek = need < 1.0f ? 1 : need > float(kSubScaleMax) ? kSubScaleMax : int(need);
-      const __m512 is = _mm512_set1_ps(1.0f / (dd * float(ek)));
+      const int ek = q8_ks_sub_scale(sub[k], inv);
+      const __m512 is = _mm512_set1_ps(q8_ks_iscale(rd, ek));
       LLM_UNROLL for (int h = 0; h < 2; ++h) {
         // vcvtps2dq under the default MXCSR: round half to even.
-        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 32 * k + 16 * h), is));
-        v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * k + 16 * h), _mm512_cvtepi32_epi8(v));
-        bsums[16 * i + 2 * k + h] = int16_t(ek * _mm512_reduce_add_epi32(v));
+        __m512i t = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 32 * k + 16 * h), is));
+        v[2 * k + h] = _mm512_min_epi32(_mm512_max_epi32(t, lo), hi);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 32 * k + 16 * h), _mm512_cvtepi32_epi8(v[2 * k + h]));
       }
       e[8 * i + k] = uint8_t(ek);
+      ev[2 * k] = ev[2 * k + 1] = ek;
     }
+    // The 16 group sums in one vector (lane g: group g), times e.
+    __m512i u[4];
+    LLM_UNROLL for (int j = 0; j < 4; ++j)
+      u[j] = quad32(pair32(v[4 * j], v[4 * j + 1], addi), pair32(v[4 * j + 2], v[4 * j + 3], addi), addi);
+    const __m512i f01 = fold_lanes(u[0], u[1], addi), f23 = fold_lanes(u[2], u[3], addi);
+    // Blocks 0 and 2 of f01 / f23 hold groups 0-3, 4-7 / 8-11, 12-15.
+    const __m512i sums = _mm512_permutex2var_epi64(f01, _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), f23);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bsums + 16 * i),
+                        _mm512_cvtepi32_epi16(_mm512_mullo_epi32(sums, _mm512_load_si512(ev))));
     d[i] = dd;
   }
 }
