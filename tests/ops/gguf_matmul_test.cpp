@@ -202,8 +202,8 @@ TEST(GgufActivations, NonFiniteInputsGiveANanScale) {
 
 // Q8_K with sub-scales, checked against its definition: d = amax / (127 *
 // 8); every e the smallest in 1..8 that covers its 32 values; q the rounded
-// quotient (x * (1 / d) * (1 / e)); bsums e times the 16-value sums; and finer than ggml's Q8_K
-// where one sub-block holds the large values.
+// quotient x * (1 / (d * e)); bsums e times the 16-value sums; and finer
+// than ggml's Q8_K where one sub-block holds the large values.
 TEST(GgufActivations, SubScalesFollowTheirDefinition) {
   std::mt19937 rng(4);
   const int64_t n = 2, cols = 768, E = kern::kSubScaleMax;
@@ -242,7 +242,7 @@ TEST(GgufActivations, SubScalesFollowTheirDefinition) {
       if (ek > 1) {
         EXPECT_GT(a, 127.f * dd * float(ek - 1) * (1 - 1e-6f));  // and is the smallest
       }
-      const float iscale = (1.f / dd) * (1.f / float(ek));
+      const float iscale = 1.f / (dd * float(ek));
       int sum[2] = {0, 0};
       for (int j = 0; j < 32; ++j) {
         const int8_t qj = q[size_t(256 * sb + 32 * k + j)];

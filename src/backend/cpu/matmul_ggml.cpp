@@ -118,10 +118,10 @@ void quantize_q8_ks_block(const float* x, int8_t* q, float* d, uint8_t* e, int16
     *d = bad ? NAN : 0.0f;
     return;
   }
-  const float inv = 1.0f / (127.0f * dd), rd = 1.0f / dd;
+  const float inv = 1.0f / (127.0f * dd);
   for (int k = 0; k < 8; ++k) {
     const int ek = q8_ks_sub_scale(sub[k], inv);
-    const float iscale = q8_ks_iscale(rd, ek);
+    const float iscale = q8_ks_iscale(dd, ek);
     int sum[2] = {0, 0};
     for (int j = 0; j < 32; ++j) {
       const int v = round_even(x[32 * k + j] * iscale);

@@ -82,7 +82,7 @@ void quantize_ggml_x(GgmlAct a, const float* x, int64_t n, int64_t cols, int8_t*
 // (127 * kSubScaleMax) in f32, amax the largest |x|; per 32 values the
 // smallest integer e in 1..kSubScaleMax with amax_32 <= 127 * d * e (amax_32
 // their largest |x|), computed as ceil(amax_32 * (1 / (127 * d))); q =
-// round-half-even(x * ((1 / d) * (1 / e))) clamped to -127..127, and bsums =
+// round-half-even(x * (1 / (d * e))) clamped to -127..127, and bsums =
 // e * sum(q) per 16 values (q8_ks_sub_scale / q8_ks_iscale: both quantizers'
 // scalar steps). Value i is then
 // d * e[i / 32] * q[i]. A super-block with a NaN or Inf gets d = NaN (its
@@ -92,15 +92,13 @@ void quantize_ggml_x(GgmlAct a, const float* x, int64_t n, int64_t cols, int8_t*
 // them too), sc * e <= 128 * 8 (int16), and a super-block's S within int32
 // for every type (Q6_K: 16 * 63 * 127 * 128 * 8 * 16 < 2^31).
 constexpr int kSubScaleMax = 8;
-constexpr float kSubScaleRecip[kSubScaleMax + 1] = {0.0f, 1.0f, 1.0f / 2, 1.0f / 3, 1.0f / 4,
-                                                    1.0f / 5, 1.0f / 6, 1.0f / 7, 1.0f / 8};
 // e of a sub-block whose largest |x| is a, with inv = 1 / (127 * d).
 inline int q8_ks_sub_scale(float a, float inv) {
   const float need = std::ceil(a * inv);
   return need < 1.0f ? 1 : need > float(kSubScaleMax) ? kSubScaleMax : int(need);
 }
-// The multiplier of its values, with rd = 1 / d.
-inline float q8_ks_iscale(float rd, int e) { return rd * kSubScaleRecip[e]; }
+// The multiplier of its values.
+inline float q8_ks_iscale(float d, int e) { return 1.0f / (d * float(e)); }
 void quantize_q8_ks(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, uint8_t* e, int16_t* bsums);
 
 // --- unpacked weights ------------------------------------------------------

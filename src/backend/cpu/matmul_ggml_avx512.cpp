@@ -1257,13 +1257,13 @@ void quantize_q8_ks_avx512(const float* x, int64_t n, int64_t cols, int8_t* q, f
       d[i] = 0.0f;
       continue;
     }
-    const float inv = 1.0f / (127.0f * dd), rd = 1.0f / dd;
+    const float inv = 1.0f / (127.0f * dd);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
     __m512i v[16];
     alignas(64) int32_t ev[16];
     LLM_UNROLL for (int k = 0; k < 8; ++k) {
       const int ek = q8_ks_sub_scale(sub[k], inv);
-      const __m512 is = _mm512_set1_ps(q8_ks_iscale(rd, ek));
+      const __m512 is = _mm512_set1_ps(q8_ks_iscale(dd, ek));
       LLM_UNROLL for (int h = 0; h < 2; ++h) {
         // vcvtps2dq under the default MXCSR: round half to even.
         __m512i t = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 32 * k + 16 * h), is));
