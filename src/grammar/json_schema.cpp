@@ -189,8 +189,8 @@ class Converter {
     else if (name == "char") body = kChar;
     else if (name == "string") body = "\"\\\"\" " + prim("char") + "* \"\\\"\" " + prim("space");
     else if (name == "integer") body = "\"-\"? (\"0\" | [1-9] [0-9]{0,15}) " + prim("space");
-    else if (name == "number")
-      body = "\"-\"? (\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)? " + prim("space");
+    else if (name == "number")  // at most 16 + 2 exponent digits: every value is a finite double
+      body = "\"-\"? (\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]+)? ([eE] [-+]? [0-9]{1,2})? " + prim("space");
     else if (name == "boolean") body = "(\"true\" | \"false\") " + prim("space");
     else if (name == "null") body = "\"null\" " + prim("space");
     else if (name == "value")

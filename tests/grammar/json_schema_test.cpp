@@ -46,8 +46,9 @@ std::vector<SchemaCase> cases() {
         R"({"name": "Ada" "address": {"city": "L"}})"}},
       {"arrays",
        R"({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 3})",
-       {"[1, 2]", "[1.5, -2e3, 0]", "[ 0,1 ]"},
-       {"[]", "[1]", "[1, 2, 3, 4]", "[1, \"2\"]", "[1,, 2]", "[01, 2]"}},
+       {"[1, 2]", "[1.5, -2e3, 0]", "[ 0,1 ]", "[1e99, -2.5E-07]"},
+       // exponents of 3 digits could leave the range of a double (10e+1000)
+       {"[]", "[1]", "[1, 2, 3, 4]", "[1, \"2\"]", "[1,, 2]", "[01, 2]", "[1e100, 2]", "[10e+1000, 1]"}},
       {"enum_const",
        R"({"type": "object", "properties": {
              "color": {"enum": ["red", "green", null, 42, {"a": [1]}]},
