@@ -811,17 +811,26 @@ void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const fl
     __m512i S[4][C];
     float dr[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dmr[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     KQuad q;
-    // Each x row's 8 sub-scales e as int16 words (word j: e[j]).
-    __m128i e8[C];
-    LLM_UNROLL for (int c = 0; c < C; ++c)
-      e8[c] = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(xe + c * (xcols / 32) + sb * 8)));
-    // Quad: the 4 rows' scales times e, per x row (word 8 r + j: sc_j * e_j).
+    // Each x row's 8 sub-scales e as int16 words laid out as the scale words
+    // they multiply: Quad (8 scales of 32 values per row, row r in 128-bit
+    // lane r): word 8 r + j = e_j; others (16 scales of 16 values): word k =
+    // e_{k / 2}.
+    __m512i ev[C];
+    LLM_UNROLL for (int c = 0; c < C; ++c) {
+      const __m128i e8 =
+          _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(xe + c * (xcols / 32) + sb * 8)));
+      if constexpr (Quad)
+        ev[c] = _mm512_broadcast_i32x4(e8);
+      else
+        ev[c] = _mm512_zextsi256_si512(_mm256_set_m128i(_mm_unpackhi_epi16(e8, e8), _mm_unpacklo_epi16(e8, e8)));
+    }
+    // Quad: the 4 rows' scales times e, per x row.
     __m512i qsc[Quad ? C : 1];
     if constexpr (Quad) {
       const uint8_t* b[4];
       LLM_UNROLL for (int r = 0; r < 4; ++r) b[r] = w + size_t(r < R ? r : 0) * rb + size_t(sb) * BB;
       q = KRegs<T>::quad(b);
-      LLM_UNROLL for (int c = 0; c < C; ++c) qsc[c] = _mm512_mullo_epi16(q.sc, _mm512_broadcast_i32x4(e8[c]));
+      LLM_UNROLL for (int c = 0; c < C; ++c) qsc[c] = _mm512_mullo_epi16(q.sc, ev[c]);
     }
     LLM_UNROLL for (int r = 0; r < 4; ++r)
       LLM_UNROLL for (int c = 0; c < C; ++c) S[r][c] = _mm512_setzero_si512();
@@ -831,13 +840,11 @@ void k_gemv(const uint8_t* w, size_t rb, int64_t nsb, const int8_t* xq, const fl
         for (size_t o = 0; o < BB; o += 64)
           _mm_prefetch(reinterpret_cast<const char*>(pf + r * rb + size_t(sb) * BB + o), _MM_HINT_T0);
       const KRegs<T> u(blk);
-      // Others: the row's 16 scales times e (word k: sc_k * e_{k / 2}), per x row.
+      // Others: the row's 16 scales times e, per x row (the high 256 bits
+      // of u.sc are never read).
       __m512i rsc[Quad ? 1 : C];
       if constexpr (!Quad) {
-        LLM_UNROLL for (int c = 0; c < C; ++c) {
-          const __m256i e16 = _mm256_set_m128i(_mm_unpackhi_epi16(e8[c], e8[c]), _mm_unpacklo_epi16(e8[c], e8[c]));
-          rsc[c] = _mm512_zextsi256_si512(_mm256_mullo_epi16(_mm512_castsi512_si256(u.sc), e16));
-        }
+        LLM_UNROLL for (int c = 0; c < C; ++c) rsc[c] = _mm512_mullo_epi16(u.sc, ev[c]);
       }
       // The int16 multipliers of chunk p's pairs for x row c.
       auto scales = [&](int c, int p) {
@@ -1233,15 +1240,9 @@ void quantize_q8_ks_avx512(const float* x, int64_t n, int64_t cols, int8_t* q, f
       bad |= _mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ);
       m[k] = _mm512_castps_si512(_mm512_max_ps(a0, a1));
     }
-    if (bad) {
-      std::memset(qs, 0, 256);
-      std::memset(e + 8 * i, 1, 8);
-      std::memset(bsums + 16 * i, 0, 16 * sizeof(int16_t));
-      d[i] = NAN;
-      continue;
-    }
-    // The 8 sub-blocks' largest |x| (non-negative finite floats order as
-    // their bit patterns): sub[k] = m[k]'s lane maximum.
+    // The 8 sub-blocks' largest |x| (non-negative floats order as their bit
+    // patterns; with a NaN or Inf the values are not used): sub[k] = m[k]'s
+    // lane maximum.
     alignas(64) float subv[16];
     _mm512_store_si512(subv, fold_lanes(quad32(pair32(m[0], m[1], maxi), pair32(m[2], m[3], maxi), maxi),
                                         quad32(pair32(m[4], m[5], maxi), pair32(m[6], m[7], maxi), maxi), maxi));
@@ -1250,11 +1251,11 @@ void quantize_q8_ks_avx512(const float* x, int64_t n, int64_t cols, int8_t* q, f
     for (int k = 0; k < 8; ++k) amax = sub[k] > amax ? sub[k] : amax;
     // The scalar quantizer's scalar steps, in its order: the same bytes.
     const float dd = amax / (127.0f * float(kSubScaleMax));
-    if (!(dd >= FLT_MIN)) {
+    if (bad || !(dd >= FLT_MIN)) {
       std::memset(qs, 0, 256);
       std::memset(e + 8 * i, 1, 8);
       std::memset(bsums + 16 * i, 0, 16 * sizeof(int16_t));
-      d[i] = 0.0f;
+      d[i] = bad ? NAN : 0.0f;
       continue;
     }
     const float inv = 1.0f / (127.0f * dd);
