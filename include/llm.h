@@ -281,8 +281,10 @@ LLM_API llm_status llm_prefill(llm_session *session, const llm_token *tokens, si
 
 /* Points *logits at the vocab-sized logits that the next llm_decode_step
  * will sample from (running the pending token's forward pass first if
- * needed). The array is owned by the session and valid until its next call.
- * LLM_ERR_INVALID_ARGUMENT if the session holds no token yet. Since 0.1. */
+ * needed; with a sliding window that pass may first evict tokens, as
+ * llm_decode_step would). The array is owned by the session and valid until
+ * its next call. LLM_ERR_INVALID_ARGUMENT if the session holds no token yet.
+ * Since 0.1. */
 LLM_API llm_status llm_logits(llm_session *session, const float **logits, size_t *n_vocab);
 
 typedef struct llm_sampling {

@@ -495,15 +495,20 @@ void seeds_sessions() {
   const struct {
     const char* name;
     llm_kv_type kv;
-    uint32_t max_tokens, window;
-  } kinds[] = {{"f16", LLM_KV_F16, 0, 0}, {"f32", LLM_KV_F32, 64, 0}, {"int8", LLM_KV_INT8, 0, 0},
-               {"int4-window", LLM_KV_INT4, 0, 40}};
+    uint32_t max_tokens, window, n_sink;
+  } kinds[] = {{"f16", LLM_KV_F16, 0, 0, 4},
+               {"f32", LLM_KV_F32, 64, 0, 4},
+               {"int8", LLM_KV_INT8, 0, 0, 4},
+               {"int4-window", LLM_KV_INT4, 0, 40, 4},
+               // A window one page above its sinks: one eviction takes most of the sequence.
+               {"f16-window", LLM_KV_F16, 0, 24, 7}};
   for (const auto& kd : kinds) {
     llm_session_params sp;
     llm_session_params_init(&sp);
     sp.kv_type = kd.kv;
     sp.max_tokens = kd.max_tokens;
     sp.window = kd.window;
+    sp.n_sink = kd.n_sink;
     llm_session* s = nullptr;
     if (llm_session_create(m, &sp, &s) != LLM_OK) llm::fail(LLM_ERR_INTERNAL, "seed session: %s", llm_last_error());
     const std::string base = kd.name;
@@ -515,6 +520,25 @@ void seeds_sessions() {
     snap(s, (base + "-pending").c_str());
     llm_kv_evict(s, 1, 3);
     snap(s, (base + "-evicted").c_str());
+    if (kd.window) {
+      // The window full with a token pending: its forward pass evicts first
+      // (found by running it on a fork).
+      for (int i = 0; i < 200; ++i) {
+        llm_session* f = nullptr;
+        const float* lg = nullptr;
+        size_t nv = 0;
+        llm_session_stats_t st;
+        st.struct_size = sizeof st;
+        const bool evicts = llm_session_fork(s, &f) == LLM_OK && llm_logits(f, &lg, &nv) == LLM_OK &&
+                            llm_session_stats(f, &st) == LLM_OK && st.n_evicted > 0;
+        llm_session_free(f);
+        if (evicts) {
+          snap(s, (base + "-full").c_str());
+          break;
+        }
+        llm_decode_step(s, nullptr, &t);
+      }
+    }
     llm_session_free(s);
   }
   llm_model_free(m);
