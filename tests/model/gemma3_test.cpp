@@ -288,6 +288,8 @@ TEST_F(Gemma3, FastPathAgreesWithExactMath) {
         for (size_t i = 0; i < ne; ++i)
           if (int32_t(i) != top_e) second = std::max(second, le[i]);
         EXPECT_LT(le[top_e] - second, kMargin) << "step " << k << " of a " << c.prompt_ids.size() << "-token prompt";
+        std::printf("differs at step %zu of a %zu-token prompt: exact top-1/top-2 margin %.4f, fast path's margin %.4f\n",
+                    k, c.prompt_ids.size(), double(le[top_e] - second), double(lf[top_f] - lf[top_e]));
       }
       ASSERT_EQ(llm_prefill(fast_s, &c.generated[k], 1), LLM_OK);
       ASSERT_EQ(llm_prefill(exact_s, &c.generated[k], 1), LLM_OK);

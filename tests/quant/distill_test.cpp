@@ -142,7 +142,9 @@ TEST(Distill, GradientMatchesFiniteDifferences) {
     EXPECT_EQ(grad.size(), student.tensors.size());
     std::mt19937 rng(1);
     int checked = 0;
-    for (const auto& [name, g] : grad) {
+    for (const auto& entry : grad) {
+      const std::string& name = entry.first;  // not a structured binding: C++17 lambdas cannot capture one
+      const auto& g = entry.second;
       const llm::TensorData& t = *student.find(name);
       ASSERT_EQ(g.size(), size_t(t.numel())) << name;
       std::vector<size_t> at = {size_t(std::max_element(g.begin(), g.end(), [](float a, float b) {
