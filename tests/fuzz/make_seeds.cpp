@@ -522,8 +522,10 @@ void seeds_sessions() {
     snap(s, (base + "-evicted").c_str());
     if (kd.window) {
       // The window full with a token pending: its forward pass evicts first
-      // (found by running it on a fork).
-      for (int i = 0; i < 200; ++i) {
+      // (found by running it on a fork). A window that never gets there is a
+      // broken generator, not a seed to leave out quietly.
+      bool found = false;
+      for (int i = 0; i < 200 && !found; ++i) {
         llm_session* f = nullptr;
         const float* lg = nullptr;
         size_t nv = 0;
@@ -534,10 +536,12 @@ void seeds_sessions() {
         llm_session_free(f);
         if (evicts) {
           snap(s, (base + "-full").c_str());
-          break;
+          found = true;
+        } else {
+          llm_decode_step(s, nullptr, &t);
         }
-        llm_decode_step(s, nullptr, &t);
       }
+      if (!found) llm::fail(LLM_ERR_INTERNAL, "seed session %s: the window never evicted", kd.name);
     }
     llm_session_free(s);
   }
