@@ -206,7 +206,8 @@ const llm::VocabData& vocab512() {
 // super-blocks, GQA 8/4) with every matrix in format f: quantized from the
 // random f32 values for the native formats, random well-formed blocks for
 // the GGUF ones (there is no quantizer for those).
-std::unique_ptr<llm::Model> random_model(const Format& f, int threads, uint64_t kv_budget = 0, int32_t seq_len = 512) {
+std::unique_ptr<llm::Model> random_model(const Format& f, int threads, uint64_t kv_budget = 0, int32_t seq_len = 512,
+                                         bool huge_pages = false) {
   llm::ModelConfig c;
   c.dim = 256;
   c.hidden_dim = 512;
@@ -241,7 +242,7 @@ std::unique_ptr<llm::Model> random_model(const Format& f, int threads, uint64_t 
   }
   llm::LoadOptions lo;
   lo.n_threads = threads;
-  lo.huge_pages = false;
+  lo.huge_pages = huge_pages;
   lo.kv_budget_bytes = kv_budget;
   return llm::Model::from_source(std::move(src), lo);
 }
@@ -367,6 +368,45 @@ TEST(ForwardBatch, EveryKernelFamily) {
       for (size_t b : {5}) check_forward_batch(*m, b, LLM_KV_F16, 2, std::string(llm::cpu::isa_name(isa)) + " " + name_of(f));
       if (HasFatalFailure()) return;
     }
+  }
+}
+
+// Under the AVX2 family the load's weight copy interleaves Q4_0 (Q4 g32)
+// matrices by 8 rows (the Q4x8 layout); other families keep the rows. The
+// model then still gives each sequence the same bits alone or batched, and
+// logits within activation-rounding distance of the plain layout's.
+TEST(ForwardBatch, Q4x8LayoutUnderAvx2) {
+  if (llm::cpu::best_isa() < llm::cpu::Isa::Avx2) GTEST_SKIP() << "no AVX2 here";
+  struct Restore {
+    llm::cpu::Isa saved = llm::cpu::max_isa();
+    ~Restore() { llm::cpu::set_max_isa(saved); }
+  } restore;
+  llm::cpu::set_max_isa(llm::cpu::Isa::Avx2);
+  const auto packed = random_model({DType::Q4, 32}, 2, 0, 512, true);
+  const auto plain = random_model({DType::Q4, 32}, 2, 0, 512, false);
+  for (const llm::cpu::WeightView* w : {&packed->layers()[0].wq, &packed->layers()[1].w_down, &packed->output()})
+    EXPECT_EQ(w->layout, llm::cpu::WeightLayout::Q4x8);
+  EXPECT_EQ(plain->layers()[0].wq.layout, llm::cpu::WeightLayout::Rows);
+  for (size_t b : {1, 3, 5, 16}) check_forward_batch(*packed, b, LLM_KV_F16, 2, "q4x8");
+  const size_t vocab = size_t(packed->config().vocab_size);
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 40; ++i) toks.push_back((i * 37 + 11) % int32_t(vocab));
+  std::vector<float> a(vocab), b(vocab);
+  llm::cpu::ForwardScratch sa, sb;
+  Pages pa(*packed, LLM_KV_F16, 41), pb(*plain, LLM_KV_F16, 41);
+  llm::cpu::forward(*packed, pa.args(toks.data(), int64_t(toks.size()), 0, a.data()), sa);
+  llm::cpu::forward(*plain, pb.args(toks.data(), int64_t(toks.size()), 0, b.data()), sb);
+  double diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < vocab; ++i) {
+    diff2 += double(a[i] - b[i]) * (a[i] - b[i]);
+    ref2 += double(b[i]) * b[i];
+  }
+  EXPECT_GT(ref2, 0.0);
+  EXPECT_LT(diff2, 1e-8 * ref2);  // the same integer dots, summed in another order
+  EXPECT_GT(diff2, 0.0);          // ... so not the same path
+  if (llm::cpu::best_isa() >= llm::cpu::Isa::Avx512) {
+    llm::cpu::set_max_isa(llm::cpu::Isa::Avx512);
+    EXPECT_EQ(random_model({DType::Q4, 32}, 2, 0, 512, true)->layers()[0].wq.layout, llm::cpu::WeightLayout::Rows);
   }
 }
 

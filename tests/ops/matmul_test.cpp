@@ -29,6 +29,7 @@ struct Config {
   DType dtype;
   uint32_t group;
   const char* name;
+  bool q4x8 = false;  // the view is the Q4x8 repack of the rows (repack_q4x8)
 };
 
 // A weight matrix: its stored bytes plus the exact values those bytes mean,
@@ -37,8 +38,9 @@ struct Weights {
   Config cfg;
   int64_t rows = 0, cols = 0;
   std::vector<uint8_t> bytes;
+  std::vector<uint8_t> packed;  // the Q4x8 repack of bytes, when cfg.q4x8
   std::vector<double> values;  // [rows, cols]
-  WeightView view() const {
+  WeightView rows_view() const {
     WeightView w;
     w.dtype = cfg.dtype;
     w.group = cfg.group;
@@ -46,6 +48,14 @@ struct Weights {
     w.cols = cols;
     w.data = bytes.data();
     w.row_bytes = dtype_row_bytes(cfg.dtype, cols, cfg.group);
+    return w;
+  }
+  WeightView view() const {
+    WeightView w = rows_view();
+    if (cfg.q4x8 && q4x8_eligible(w)) {
+      w.data = packed.data();
+      w.layout = WeightLayout::Q4x8;
+    }
     return w;
   }
 };
@@ -151,6 +161,12 @@ Weights make_weights(Config cfg, int64_t rows, int64_t cols, uint32_t seed) {
         break;
     }
   }
+  if (cfg.q4x8 && q4x8_eligible(w.rows_view())) {
+    w.packed.assign(w.bytes.size(), 0);
+    const WeightView v = repack_q4x8(w.rows_view(), w.packed.data());
+    EXPECT_EQ(v.layout, WeightLayout::Q4x8);
+    EXPECT_EQ(v.data, w.packed.data());
+  }
   return w;
 }
 
@@ -222,6 +238,36 @@ TEST(Dequantize, HalfTypes) {
   EXPECT_EQ(out[0], 1.5f);
   EXPECT_EQ(out[1], -0.0078125f);
   EXPECT_EQ(out[2], 65536.0f);  // bf16 keeps 8 mantissa bits: 65504 rounds up
+}
+
+// repack_q4x8 permutes bytes: every row reads back as the same values,
+// groups and plain tail rows alike, and the inputs it cannot take are refused.
+TEST(Dequantize, Q4x8KeepsEveryRow) {
+  for (int64_t rows : {8, 16, 21}) {
+    const Weights w = make_weights({DType::Q4, 32, "q4x8", true}, rows, 96, 3);
+    const WeightView plain = w.rows_view(), packed = w.view();
+    ASSERT_EQ(packed.layout, WeightLayout::Q4x8);
+    ASSERT_NE(0, std::memcmp(w.bytes.data(), w.packed.data(), size_t(8) * plain.row_bytes));
+    std::vector<float> a(96), b(96);
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(plain, r, a.data());
+      dequantize_row(packed, r, b.data());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "rows=" << rows << " r=" << r;
+    }
+  }
+  const Weights q8 = make_weights({DType::Q8, 32, "q8"}, 8, 64, 4);
+  const Weights g64 = make_weights({DType::Q4, 64, "q4g64"}, 8, 64, 5);
+  const Weights few = make_weights({DType::Q4, 32, "q4g32"}, 7, 64, 6);
+  std::vector<uint8_t> dst(4096);
+  for (const Weights* w : {&q8, &g64, &few}) {
+    EXPECT_FALSE(q4x8_eligible(w->rows_view()));
+    EXPECT_THROW(repack_q4x8(w->rows_view(), dst.data()), Error);
+  }
+  // A Q4x8 view of another dtype is refused by matmul.
+  WeightView bad = q8.rows_view();
+  bad.layout = WeightLayout::Q4x8;
+  std::vector<float> x(64, 1.0f), y(8);
+  EXPECT_THROW(matmul(bad, x.data(), 1, y.data(), nullptr), Error);
 }
 
 TEST(Matmul, RejectsInvalidViews) {
@@ -392,8 +438,11 @@ void run_sweep_isa(const Config& cfg, const std::vector<int64_t>& col_list) {
           ok &= std::fabs(double(exact_scalar[j]) - ref[j]) <= tol_exact;
           ok &= e_fast <= tol_fast;
           // Same quantized activations and exact integer dots: the paths only
-          // differ in float summation order.
+          // differ in float summation order (Q4x8 rows in a group: not even
+          // that; its plain tail rows take the kernels of plain rows).
           ok &= std::fabs(double(fast_scalar[j]) - fast1[j]) <= tol_exact;
+          if (wv.layout == WeightLayout::Q4x8 && int64_t(j) % rows < rows / 8 * 8)
+            ok &= std::memcmp(&fast_scalar[j], &fast1[j], 4) == 0;
           if (!ok) {
             ++bad;
             ADD_FAILURE() << "j=" << j << " ref=" << ref[j] << " reference=" << exact1[j]
@@ -446,6 +495,10 @@ TEST(MatmulSweep, F16) { run_sweep({DType::F16, 0, "f16"}, {7, 32, 172, 1000, 40
 TEST(MatmulSweep, BF16) { run_sweep({DType::BF16, 0, "bf16"}, {32, 172, 1000, 4096}); }
 TEST(MatmulSweep, Q8) { run_sweep({DType::Q8, 32, "q8"}, {32, 96, 1056, 4096}); }
 TEST(MatmulSweep, Q4G32) { run_sweep({DType::Q4, 32, "q4g32"}, {32, 96, 1056, 4096}); }
+// The Q4x8 layout: row counts with and without a tail of plain rows (1 and 3
+// rows stay plain; 37 = 4 groups + 5; 257 = 32 groups + 1), every family (a
+// Q4x8 matrix takes the AVX2 kernels under the AVX-512 cap too).
+TEST(MatmulSweep, Q4G32Interleaved) { run_sweep({DType::Q4, 32, "q4x8", true}, {32, 96, 1056, 4096}); }
 TEST(MatmulSweep, Q4G64) { run_sweep({DType::Q4, 64, "q4g64"}, {64, 192, 1088, 4096}); }
 TEST(MatmulSweep, Q4G128) { run_sweep({DType::Q4, 128, "q4g128"}, {128, 384, 1152, 4096}); }
 TEST(MatmulSweep, Q4MG32) { run_sweep({DType::Q4M, 32, "q4mg32"}, {32, 96, 1056, 4096}); }

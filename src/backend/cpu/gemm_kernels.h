@@ -39,6 +39,11 @@ void quantize_x_scalar(const float* x /* [n, cols] */, int64_t n, int64_t cols,
                        float* s /* [n, cols/32] */);
 void matmul_q_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0,
                      int64_t r1);
+// Rows [r0, r1) of a Q4x8 matrix, all inside its 8-row groups: per row, the
+// blocks in order, acc = fma(dot_b - 8 * s_b, d_w,b * d_x,b, acc) with the
+// integer block dot dot_b and a single f32 accumulator. The AVX2 kernel does
+// exactly these operations per 32-bit lane, so the two agree bit for bit.
+void matmul_q4x8_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1);
 
 #if defined(__x86_64__) || defined(_M_X64)
 // The prefill (n > 1) loop nest of the f32-accumulation path, shared by the
@@ -114,7 +119,9 @@ void f_prefill_blocked(const WeightView& w, const float* x, int64_t n, float* y,
 // [2k: 0..15][2k+1: 0..15][2k: 16..31][2k+1: 16..31]; an odd last block stays plain.
 void quantize_x_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* s,
                      bool pair_layout);
-inline bool q_pair_layout(const WeightView& w) { return w.dtype == DType::Q4 && w.group == 32; }
+inline bool q_pair_layout(const WeightView& w) {
+  return w.dtype == DType::Q4 && w.group == 32 && w.layout == WeightLayout::Rows;
+}
 // Fast mode, Q8/Q4 weights: integer block dots against quantized activations.
 void matmul_q_avx2(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0,
                    int64_t r1);

@@ -36,7 +36,12 @@ void check_weight(const WeightView& w) {
             dtype_name(w.dtype), static_cast<long long>(w.rows), static_cast<long long>(w.cols));
   LLM_CHECK(w.data != nullptr || w.rows == 0 || w.cols == 0, LLM_ERR_INVALID_ARGUMENT,
             "matmul: null weight data");
+  LLM_CHECK(w.layout == WeightLayout::Rows || (w.layout == WeightLayout::Q4x8 && w.dtype == DType::Q4 && w.group == 32),
+            LLM_ERR_INVALID_ARGUMENT, "matmul: layout %u does not hold %s", unsigned(w.layout), dtype_name(w.dtype));
 }
+
+// Rows of w that lie in the Q4x8 groups (the rest lie as Rows puts them).
+int64_t q4x8_rows(const WeightView& w) { return w.layout == WeightLayout::Q4x8 ? w.rows / 8 * 8 : 0; }
 
 // Rows [r0, r1) of y = x . W^T, dequantizing each row once and applying it to
 // all n activation rows.
@@ -58,6 +63,22 @@ void ref_rows(const WeightView& w, const float* x, int64_t n, float* y, int64_t 
 void dequantize_row(const WeightView& w, int64_t r, float* dst) {
   const uint8_t* src = w.data + size_t(r) * w.row_bytes;
   const int64_t cols = w.cols;
+  if (r < q4x8_rows(w)) {
+    const uint8_t* g = w.data + size_t(r / 8) * 8 * w.row_bytes;
+    const int i = int(r % 8);
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      const uint8_t* blk = g + size_t(b) * kQ4x8BlockBytes;
+      const float d = f16_to_f32(load_u16(blk + 2 * i));
+      for (int s = 0; s < 4; ++s) {
+        for (int j = 0; j < 4; ++j) {
+          const uint8_t byte = blk[16 + 32 * s + 4 * i + j];
+          dst[b * 32 + 4 * s + j] = d * float(int(byte & 0x0f) - 8);
+          dst[b * 32 + 16 + 4 * s + j] = d * float(int(byte >> 4) - 8);
+        }
+      }
+    }
+    return;
+  }
   switch (w.dtype) {
     case DType::F32:
       std::memcpy(dst, src, size_t(cols) * 4);
@@ -111,6 +132,43 @@ void dequantize_row(const WeightView& w, int64_t r, float* dst) {
       break;
   }
   fail(LLM_ERR_INVALID_ARGUMENT, "dequantize_row: unknown dtype %u", unsigned(w.dtype));
+}
+
+bool q4x8_eligible(const WeightView& w) {
+  return w.layout == WeightLayout::Rows && w.dtype == DType::Q4 && w.group == 32 && w.rows >= 8 && w.cols >= 32 &&
+         w.row_bytes == dtype_row_bytes(w.dtype, w.cols, w.group);
+}
+
+bool q4x8_preferred(MatmulMode mode) {
+  return mode == MatmulMode::Fast && use_avx2_kernels() && !use_avx512_kernels();
+}
+
+WeightView repack_q4x8(const WeightView& w, uint8_t* dst, int64_t r0, int64_t r1) {
+  LLM_CHECK(q4x8_eligible(w), LLM_ERR_INVALID_ARGUMENT, "repack_q4x8: %s group %u [%lld, %lld] cannot be interleaved",
+            dtype_name(w.dtype), w.group, static_cast<long long>(w.rows), static_cast<long long>(w.cols));
+  if (r1 < 0) r1 = w.rows;
+  LLM_CHECK(0 <= r0 && r0 <= r1 && r1 <= w.rows && r0 % 8 == 0 && (r1 % 8 == 0 || r1 == w.rows),
+            LLM_ERR_INVALID_ARGUMENT, "repack_q4x8: rows [%lld, %lld) are not whole groups", static_cast<long long>(r0),
+            static_cast<long long>(r1));
+  const int64_t nb = w.cols / 32, full = std::min(r1, w.rows / 8 * 8);
+  for (int64_t g0 = r0; g0 < full; g0 += 8) {
+    uint8_t* out = dst + size_t(g0) * w.row_bytes;
+    for (int i = 0; i < 8; ++i) {
+      const uint8_t* row = w.data + size_t(g0 + i) * w.row_bytes;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = row + b * 18;  // [f16 d][16 bytes]
+        uint8_t* o = out + size_t(b) * kQ4x8BlockBytes;
+        std::memcpy(o + 2 * i, blk, 2);
+        for (int s = 0; s < 4; ++s) std::memcpy(o + 16 + 32 * s + 4 * i, blk + 2 + 4 * s, 4);
+      }
+    }
+  }
+  const int64_t tail = std::max(full, r0);  // plain rows of the range
+  std::memcpy(dst + size_t(tail) * w.row_bytes, w.data + size_t(tail) * w.row_bytes, size_t(r1 - tail) * w.row_bytes);
+  WeightView v = w;
+  v.layout = WeightLayout::Q4x8;
+  v.data = dst;
+  return v;
 }
 
 void matmul_ref(const WeightView& w, const float* x, int64_t n, float* y) {
@@ -177,6 +235,33 @@ void matmul_q_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, 
         acc += (dw * xd[b]) * float(dot);
         // Q4M: value = d * q + m, so the minimum adds m * d_x * sum(x_q).
         if (with_min) acc += (f16_to_f32(load_u16(blk + 2)) * xd[b]) * x.s[i * nbx + b];
+      }
+      y[i * w.rows + r] = acc;
+    }
+  }
+}
+
+void matmul_q4x8_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  const int64_t nb = w.cols / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* g = w.data + size_t(r / 8) * 8 * w.row_bytes;
+    const int lane = int(r % 8);
+    for (int64_t i = 0; i < n; ++i) {
+      const int8_t* xq = x.q + i * x.cols;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = g + size_t(b) * kQ4x8BlockBytes;
+        const int8_t* xb = xq + b * 32;
+        int32_t dot = 0;
+        for (int s = 0; s < 4; ++s) {
+          for (int j = 0; j < 4; ++j) {
+            const uint8_t byte = blk[16 + 32 * s + 4 * lane + j];
+            dot += int32_t(byte & 0x0f) * xb[4 * s + j] + int32_t(byte >> 4) * xb[16 + 4 * s + j];
+          }
+        }
+        // Both terms are integers below 2^24: the difference is exact.
+        const float v = float(dot) - 8.0f * x.s[i * nb + b];
+        acc = std::fma(v, f16_to_f32(load_u16(blk + 2 * lane)) * x.d[i * nb + b], acc);
       }
       y[i * w.rows + r] = acc;
     }
@@ -302,7 +387,8 @@ PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode m
   p.avx2 = use_avx2_kernels();
   // The AVX-512 family has no Q4M kernels yet: Q4M takes the AVX2 ones (for
   // decode and prefill alike, so batch invariance holds).
-  p.avx512 = use_avx512_kernels() && w.dtype != DType::Q4M;  // implies avx2
+  // A Q4x8 matrix runs the AVX2 kernels under the AVX-512 family too.
+  p.avx512 = use_avx512_kernels() && w.dtype != DType::Q4M && w.layout == WeightLayout::Rows;  // implies avx2
   p.int8 = mode == MatmulMode::Fast && dtype_is_quantized(w.dtype);
 #if defined(LLM_AVX512_KERNELS)
   if (p.int8 && p.avx512) {
@@ -356,6 +442,11 @@ void run_rows(const WeightView& w, const PreparedX& p, const float* x, int64_t n
 #endif
     return kern::matmul_ggml_scalar(w, p.gx, n, y, r0, r1);
   }
+  if (w.layout == WeightLayout::Q4x8 && !p.int8) {  // Reference mode: the portable rows (no repack is made for it)
+    thread_local std::vector<float> row;
+    if (row.size() < size_t(w.cols)) row.resize(size_t(w.cols));
+    return ref_rows(w, x, n, y, r0, r1, row.data());
+  }
 #if defined(LLM_AVX512_KERNELS)
   if (p.avx512) {
     if (p.int8)
@@ -375,7 +466,9 @@ void run_rows(const WeightView& w, const PreparedX& p, const float* x, int64_t n
   }
 #endif
   if (p.int8) {
-    kern::matmul_q_scalar(w, p.xq, n, y, r0, r1);
+    const int64_t full = q4x8_rows(w);
+    if (r0 < full) kern::matmul_q4x8_scalar(w, p.xq, n, y, r0, std::min(r1, full));
+    if (r1 > full) kern::matmul_q_scalar(w, p.xq, n, y, std::max(r0, full), r1);
   } else {
     thread_local std::vector<float> row;
     if (row.size() < size_t(w.cols)) row.resize(size_t(w.cols));
@@ -398,7 +491,8 @@ void matmul_many(const WeightView* ws, float* const* ys, int count, const float*
   bool shared = true;  // one quantized x serves every matrix
   for (int i = 0; i < count; ++i) {
     check_weight(ws[i]);
-    shared = shared && ws[i].dtype == ws[0].dtype && ws[i].group == ws[0].group && ws[i].cols == ws[0].cols;
+    shared = shared && ws[i].dtype == ws[0].dtype && ws[i].group == ws[0].group && ws[i].cols == ws[0].cols &&
+             ws[i].layout == ws[0].layout;
   }
   if (!shared) {
     for (int i = 0; i < count; ++i) matmul_many(&ws[i], &ys[i], 1, x, n, pool, mode);

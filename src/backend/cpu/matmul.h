@@ -18,12 +18,24 @@ class ThreadPool;
 
 namespace llm::cpu {
 
+// How a matrix's rows lie in memory.
+//   Rows: row r at data + r * row_bytes (every dtype; what files hold).
+//   Q4x8: Q4 group 32 (GGUF Q4_0) rows interleaved by 8 at load for the AVX2
+//         integer kernels (repack_q4x8). Group g of rows 8g..8g+7 takes the
+//         same 8 * row_bytes bytes at data + 8g * row_bytes; its block b is
+//         kQ4x8BlockBytes at b * kQ4x8BlockBytes: the 8 rows' f16 scales,
+//         then for s = 0..3 the 8 rows' quant bytes 4s..4s+3 (row i's at 16 +
+//         32 s + 4 i). The last rows % 8 rows stay as Rows puts them.
+enum class WeightLayout : uint8_t { Rows, Q4x8 };
+constexpr size_t kQ4x8BlockBytes = 8 * 18;
+
 struct WeightView {
   DType dtype = DType::F32;
   uint32_t group = 0;          // quant group (Q8: 32; Q4: 32/64/128)
   int64_t rows = 0, cols = 0;  // [rows = out features, cols = in features]
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;        // dtype_row_bytes(dtype, cols, group)
+  WeightLayout layout = WeightLayout::Rows;
 };
 
 enum class MatmulMode {
@@ -46,7 +58,22 @@ void matmul_many(const WeightView* ws, float* const* ys, int count, const float*
 // The plain oracle: dequantize each row to f32 then dot in f32, single thread.
 void matmul_ref(const WeightView& w, const float* x, int64_t n, float* y);
 
-// Dequantizes row r of w into dst[cols] (f32).
+// Dequantizes row r of w into dst[cols] (f32), whatever its layout.
 void dequantize_row(const WeightView& w, int64_t r, float* dst);
+
+// The Q4x8 layout: whether w (Rows) can take it, and whether the kernels
+// that run now want it (AVX2 is the family in use: its integer kernels then
+// work one 8-row group per 32-bit lane set, with no horizontal sums; the
+// AVX-512 and scalar families gain nothing). The choice is made at load, for
+// the model's lifetime; every family still computes a Q4x8 matrix (the
+// layout picks its kernels, not the cap).
+bool q4x8_eligible(const WeightView& w);
+bool q4x8_preferred(MatmulMode mode);
+// Writes w (Rows, eligible) to dst (w.rows * w.row_bytes bytes, not
+// overlapping w.data) in the Q4x8 layout and returns the view of dst. A
+// permutation of the bytes: every value and scale is kept. Rows [r0, r1)
+// only, when given (r0 a multiple of 8; r1 too, or w.rows), so that threads
+// can share the work.
+WeightView repack_q4x8(const WeightView& w, uint8_t* dst, int64_t r0 = 0, int64_t r1 = -1);
 
 }  // namespace llm::cpu

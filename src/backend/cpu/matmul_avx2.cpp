@@ -10,6 +10,9 @@
 //                         (~7 vector ops per 32-value block and row);
 //       prefill (n > 1):  4 W rows x 4 x rows per tile; the W tile stays in
 //                         L1 while all x rows pass, so W is read once.
+//     Q4 group 32 in the Q4x8 layout (matmul.h; made at load when this is
+//     the family in use) takes its own kernel, one row per 32-bit lane, for
+//     decode and prefill alike (q4x8_matmul).
 //   * matmul_f_avx2 (f32 accumulation of exactly dequantized weights): F32,
 //     F16, BF16 in both modes, Q8/Q4 in Reference mode.
 //       decode:  one row at a time (one sequential stream), 4 partial sums;
@@ -390,12 +393,13 @@ constexpr size_t kPrefetchBytes = 8192;
 // Up to this many x rows a matmul is batched decode (llm_decode_batch), not prefill.
 constexpr int64_t kSmallBatch = 16;
 
-template <int G, bool M, int R>
+// Pair: x of Q4 group 32 comes in the pair layout (q4p_tile); else plain.
+template <int G, bool M, int R, bool Pair>
 void q_rows(const WeightView& w, const uint8_t* wr, const QuantX& x, int64_t n, float* y) {
   const int64_t xnb = x.cols / 32;
   auto tile = [&](auto cols_tag, int64_t c0, const uint8_t* pf) {
     constexpr int C = decltype(cols_tag)::value;
-    if constexpr (G == 32 && !M) {
+    if constexpr (G == 32 && !M && Pair) {
       q4p_tile<R, C>(wr, w.row_bytes, x.q + c0 * x.cols, x.d + c0 * xnb, x.s + c0 * xnb, x.cols,
                      y + c0 * w.rows, w.rows, pf);
     } else {
@@ -418,15 +422,118 @@ void q_rows(const WeightView& w, const uint8_t* wr, const QuantX& x, int64_t n, 
   for (; c0 < n; ++c0) tile(One{}, c0, c0 == 0 ? pf : nullptr);
 }
 
-template <int G, bool M = false>
+template <int G, bool M = false, bool Pair = G == 32 && !M>
 void q_matmul(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; r += kRowTile) {
     const uint8_t* wr = w.data + size_t(r) * w.row_bytes;
     switch (std::min<int64_t>(kRowTile, r1 - r)) {
-      case 4: q_rows<G, M, 4>(w, wr, x, n, y + r); break;
-      case 3: q_rows<G, M, 3>(w, wr, x, n, y + r); break;
-      case 2: q_rows<G, M, 2>(w, wr, x, n, y + r); break;
-      default: q_rows<G, M, 1>(w, wr, x, n, y + r); break;
+      case 4: q_rows<G, M, 4, Pair>(w, wr, x, n, y + r); break;
+      case 3: q_rows<G, M, 3, Pair>(w, wr, x, n, y + r); break;
+      case 2: q_rows<G, M, 2, Pair>(w, wr, x, n, y + r); break;
+      default: q_rows<G, M, 1, Pair>(w, wr, x, n, y + r); break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Q4x8 (matmul.h): Q4 group-32 rows interleaved by 8 at load. One 32-byte
+// load of a block holds quant bytes 4s..4s+3 of all 8 rows, so 32-bit lane i
+// is row i throughout: its low nibbles are values 4s..4s+3, its high nibbles
+// values 16+4s..19+4s, and the x values they meet are one broadcast dword
+// each. vpmaddubsw + the running int16 sums give each lane its row's block
+// dot (4 steps of at most 2 * 2 * 15 * 127 = 7620: below 2^15), one
+// vpmaddwd makes it int32, and
+//   acc_i = fma(dot_i - 8 * s_x, d_i * d_x, acc_i)
+// per block, in block order, with nothing summed across lanes: the scales
+// are a vector of the 8 rows' d times a broadcast d_x, and no horizontal sum
+// is left for the end. W work (load, nibble split) is shared by the C x rows
+// of a tile; with C = 4 a tile keeps its 4 accumulators and 4 int16 sums in
+// registers. The portable matmul_q4x8_scalar does the same operations per
+// row, so decode, prefill and the two families agree bit for bit.
+
+inline __m256i broadcast_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// acc[c] (lane i: row i of the group at g) over blocks [b0, b1) for the C x
+// rows at xq (stride xcols), xd/xs (stride nbx).
+// Prefetch: decode streams W from memory, and one stream of 144-byte blocks
+// is too slow to ramp the hardware prefetcher up; it then also touches the 3
+// lines kPrefetchBytes ahead (only a hint).
+template <int C, bool Prefetch>
+inline void q4x8_blocks(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* xq, int64_t xcols, const float* xd,
+                        const float* xs, int64_t nbx, __m256 (&acc)[C]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256 eight = _mm256_set1_ps(8.0f);
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint8_t* blk = g + size_t(b) * kQ4x8BlockBytes;
+    if constexpr (Prefetch) prefetch_span<kQ4x8BlockBytes>(blk + kPrefetchBytes);
+    __m256i p16[C];
+    LLM_UNROLL for (int s = 0; s < 4; ++s) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * s));
+      const __m256i lo = _mm256_and_si256(v, m4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      LLM_UNROLL for (int c = 0; c < C; ++c) {
+        const int8_t* xb = xq + c * xcols + b * 32 + 4 * s;
+        const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(xb)),
+                                           _mm256_maddubs_epi16(hi, broadcast_i32(xb + 16)));
+        p16[c] = s == 0 ? t : _mm256_add_epi16(p16[c], t);
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    LLM_UNROLL for (int c = 0; c < C; ++c) {
+      const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16[c], ones));
+      // dot - 8 * s_x: integers below 2^24, so exact.
+      const __m256 v = _mm256_fnmadd_ps(_mm256_broadcast_ss(xs + c * nbx + b), eight, dot);
+      acc[c] = _mm256_fmadd_ps(v, _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + c * nbx + b)), acc[c]);
+    }
+  }
+}
+
+// Values per K chunk of a prefill: a group's chunk (8 * 2048 / 32 * 144 bytes
+// = 9 KiB) stays in L1 while every x row passes over it. The running sums
+// wait in y between chunks (exact f32 round trips: the order per output is
+// the same as one pass).
+constexpr int64_t kQ4x8KBlocks = 64;
+
+// Rows [r0, r1) (inside the 8-row groups; r0 a multiple of 4) for n x rows.
+void q4x8_matmul(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  const int64_t nb = w.cols / 32;
+  const int64_t kb = n >= 2 * kQCols ? kQ4x8KBlocks : nb;
+  for (int64_t g0 = r0 / 8 * 8; g0 < r1; g0 += 8) {
+    const uint8_t* g = w.data + size_t(g0) * w.row_bytes;
+    const int lo = int(std::max(r0, g0) - g0), hi = int(std::min(r1, g0 + 8) - g0);
+    // A group shared with another thread's range: one pass, and only this
+    // range's lanes are written.
+    const bool whole = lo == 0 && hi == 8;
+    for (int64_t b0 = 0; b0 < nb; b0 += whole ? kb : nb) {
+      const int64_t b1 = whole ? std::min(nb, b0 + kb) : nb;
+      auto tile = [&](auto cols_tag, int64_t c0) {
+        constexpr int C = decltype(cols_tag)::value;
+        __m256 acc[C];
+        LLM_UNROLL for (int c = 0; c < C; ++c)
+          acc[c] = b0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(y + (c0 + c) * w.rows + g0);
+        if (n <= kSmallBatch)
+          q4x8_blocks<C, true>(g, b0, b1, x.q + c0 * x.cols, x.cols, x.d + c0 * nb, x.s + c0 * nb, nb, acc);
+        else
+          q4x8_blocks<C, false>(g, b0, b1, x.q + c0 * x.cols, x.cols, x.d + c0 * nb, x.s + c0 * nb, nb, acc);
+        LLM_UNROLL for (int c = 0; c < C; ++c) {
+          float* yc = y + (c0 + c) * w.rows + g0;
+          if (whole) {
+            _mm256_storeu_ps(yc, acc[c]);
+          } else {
+            alignas(32) float t[8];
+            _mm256_store_ps(t, acc[c]);
+            for (int i = lo; i < hi; ++i) yc[i] = t[i];
+          }
+        }
+      };
+      int64_t c0 = 0;
+      for (; c0 + kQCols <= n; c0 += kQCols) tile(std::integral_constant<int, kQCols>{}, c0);
+      for (; c0 < n; ++c0) tile(std::integral_constant<int, 1>{}, c0);
     }
   }
 }
@@ -723,6 +830,12 @@ void quantize_x_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* 
 
 void matmul_q_avx2(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0,
                    int64_t r1) {
+  if (w.layout == WeightLayout::Q4x8) {  // x in the plain layout
+    const int64_t full = w.rows / 8 * 8;
+    if (r0 < full) q4x8_matmul(w, x, n, y, r0, std::min(r1, full));
+    if (r1 > full) q_matmul<32, false, false>(w, x, n, y, std::max(r0, full), r1);
+    return;
+  }
   if (w.dtype == DType::Q8) {
     q_matmul<0>(w, x, n, y, r0, r1);
   } else if (w.dtype == DType::Q4M) {
