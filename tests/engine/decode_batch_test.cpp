@@ -371,8 +371,9 @@ TEST(ForwardBatch, EveryKernelFamily) {
   }
 }
 
-// Under the AVX2 family the load's weight copy interleaves Q4_0 (Q4 g32)
-// matrices by 8 rows (the Q4x8 layout); other families keep the rows. The
+// Under the AVX2 (and AVX-512) family the load's weight copy interleaves
+// Q4_0 (Q4 g32) matrices by 8 rows (the Q4x8 layout); the portable family
+// keeps the rows. The
 // model then still gives each sequence the same bits alone or batched, and
 // logits within activation-rounding distance of the plain layout's.
 TEST(ForwardBatch, Q4x8LayoutUnderAvx2) {
@@ -404,10 +405,16 @@ TEST(ForwardBatch, Q4x8LayoutUnderAvx2) {
   EXPECT_GT(ref2, 0.0);
   EXPECT_LT(diff2, 1e-8 * ref2);  // the same integer dots, summed in another order
   EXPECT_GT(diff2, 0.0);          // ... so not the same path
+  // The AVX-512 family takes the layout too (its own kernel, the same bits);
+  // the portable one does not.
   if (llm::cpu::best_isa() >= llm::cpu::Isa::Avx512) {
     llm::cpu::set_max_isa(llm::cpu::Isa::Avx512);
-    EXPECT_EQ(random_model({DType::Q4, 32}, 2, 0, 512, true)->layers()[0].wq.layout, llm::cpu::WeightLayout::Rows);
+    const auto m512 = random_model({DType::Q4, 32}, 2, 0, 512, true);
+    EXPECT_EQ(m512->layers()[0].wq.layout, llm::cpu::WeightLayout::Q4x8);
+    for (size_t b : {1, 9}) check_forward_batch(*m512, b, LLM_KV_F16, 2, "q4x8 avx512");
   }
+  llm::cpu::set_max_isa(llm::cpu::Isa::Scalar);
+  EXPECT_EQ(random_model({DType::Q4, 32}, 2, 0, 512, true)->layers()[0].wq.layout, llm::cpu::WeightLayout::Rows);
 }
 
 TEST(ForwardBatch, EveryBatchSizeAndKvType) {

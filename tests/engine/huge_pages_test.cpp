@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "format/llama2c.h"
 #include "llm.h"
+#include "backend/cpu/matmul.h"
 #include "model/model.h"
 #include "reference.h"
 #include "tmp.h"
@@ -144,7 +145,25 @@ TEST(HugePageWeights, CopyComputesExactlyWhatTheLoadersBytesDo) {
       const auto copied = run(path, math);
       const auto in_place = run(path, math | LLM_LOAD_NO_HUGE_PAGES);
       ASSERT_EQ(copied.size(), 4u) << path;
-      EXPECT_EQ(copied, in_place) << path << " flags " << math;
+      ASSERT_EQ(in_place.size(), 4u) << path;
+      // Q4_0 under the AVX2 or AVX-512 family: the copy interleaves the
+      // matrices (Q4x8), whose kernels sum the same integer dots in another
+      // order: the same up to float rounding. Everything else: the same bits.
+      const bool q4x8 = path.find("q4_0") != std::string::npos && math == 0 &&
+                        llm::cpu::q4x8_preferred(llm::cpu::MatmulMode::Fast);
+      if (!q4x8) {
+        EXPECT_EQ(copied, in_place) << path << " flags " << math;
+        continue;
+      }
+      for (size_t i = 0; i < copied.size(); ++i) {
+        ASSERT_EQ(copied[i].size(), in_place[i].size());
+        double d2 = 0, r2 = 0;
+        for (size_t j = 0; j < copied[i].size(); ++j) {
+          d2 += double(copied[i][j] - in_place[i][j]) * (copied[i][j] - in_place[i][j]);
+          r2 += double(in_place[i][j]) * in_place[i][j];
+        }
+        EXPECT_LT(d2, 1e-9 * r2) << path << " step " << i;
+      }
     }
   }
 }

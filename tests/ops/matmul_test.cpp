@@ -509,6 +509,34 @@ TEST(MatmulSweep, Q4MG128) { run_sweep({DType::Q4M, 128, "q4mg128"}, {128, 384, 
 // The activation quantizer: AVX2 and scalar agree bit for bit, and q/d
 // reconstruct x to half a step.
 
+// A Q4x8 prefill long enough that x's tiles are packed on the pool's
+// threads (>= 64 tiles): every output the same bits with one thread, with
+// two, and row by row; every family.
+TEST(MatmulQ4x8, LongPrefillOnThePool) {
+  const int64_t n = 8 * 64 + 13, rows = 27, cols = 96;
+  const Weights w = make_weights({DType::Q4, 32, "q4x8", true}, rows, cols, 21);
+  const std::vector<float> x = make_x(n, cols, 22);
+  ThreadPool pool(2);
+  for (Isa isa : available_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    IsaGuard guard(isa);
+    std::vector<float> one(size_t(n * rows), NAN), two(size_t(n * rows), NAN);
+    std::vector<float> row(static_cast<size_t>(rows));
+    matmul(w.view(), x.data(), n, one.data(), nullptr);
+    matmul(w.view(), x.data(), n, two.data(), &pool);
+    EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4));
+    for (int64_t i : {int64_t(0), int64_t(7), int64_t(8 * 64 - 1), n - 1}) {
+      matmul(w.view(), x.data() + i * cols, 1, row.data(), &pool);
+      EXPECT_EQ(0, std::memcmp(row.data(), one.data() + i * rows, size_t(rows) * 4)) << "x row " << i;
+    }
+    std::vector<float> ref(size_t(n * rows));
+    matmul_ref(w.rows_view(), x.data(), n, ref.data());
+    const Bounds bnd = make_bounds(w, x, n);
+    for (size_t j = 0; j < ref.size(); ++j)
+      ASSERT_LE(std::fabs(double(two[j]) - ref[j]), bnd.qbound[j] + 1e-5 * bnd.l1[j] + 1e-30) << j;
+  }
+}
+
 TEST(QuantizeX, ScalarAndSimdAgree) {
   const int64_t n = 3, cols = 256;
   std::vector<float> x = make_x(n, cols, 99);

@@ -140,7 +140,7 @@ bool q4x8_eligible(const WeightView& w) {
 }
 
 bool q4x8_preferred(MatmulMode mode) {
-  return mode == MatmulMode::Fast && use_avx2_kernels() && !use_avx512_kernels();
+  return mode == MatmulMode::Fast && use_avx2_kernels();
 }
 
 WeightView repack_q4x8(const WeightView& w, uint8_t* dst, int64_t r0, int64_t r1) {
@@ -268,6 +268,21 @@ void matmul_q4x8_scalar(const WeightView& w, const QuantX& x, int64_t n, float* 
   }
 }
 
+void pack_q4x8_x(const QuantX& x, int tile, int64_t t0, int64_t t1, int8_t* q, float* d, float* s) {
+  const int64_t cols = x.cols, nb = cols / 32;
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int c = 0; c < tile; ++c) {
+      const int64_t row = t * tile + c;
+      for (int64_t b = 0; b < nb; ++b) {
+        int8_t* out = q + t * tile * cols + b * 32 * tile;
+        for (int j = 0; j < 8; ++j) std::memcpy(out + (j * tile + c) * 4, x.q + row * cols + b * 32 + 4 * j, 4);
+        d[t * tile * nb + b * tile + c] = x.d[row * nb + b];
+        s[t * tile * nb + b * tile + c] = x.s[row * nb + b];
+      }
+    }
+  }
+}
+
 }  // namespace kern
 
 namespace {
@@ -290,6 +305,7 @@ namespace {
 // (the scratch belongs to the calling thread; the workers only read it).
 struct PreparedX {
   bool int8 = false, avx2 = false, avx512 = false;
+  bool q4x8_vnni = false;          // a Q4x8 matrix under the AVX-512 family (x as for AVX2)
   kern::QuantX xq;
   const uint8_t* xq512 = nullptr;  // the AVX-512 kernels' quad layout
   bool ggml = false;               // a GGUF block type in Fast mode: gx
@@ -387,8 +403,11 @@ PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode m
   p.avx2 = use_avx2_kernels();
   // The AVX-512 family has no Q4M kernels yet: Q4M takes the AVX2 ones (for
   // decode and prefill alike, so batch invariance holds).
-  // A Q4x8 matrix runs the AVX2 kernels under the AVX-512 family too.
+  // A Q4x8 matrix takes x as the AVX2 kernels do under the AVX-512 family too.
   p.avx512 = use_avx512_kernels() && w.dtype != DType::Q4M && w.layout == WeightLayout::Rows;  // implies avx2
+#if defined(LLM_AVX512_KERNELS)
+  p.q4x8_vnni = use_avx512_kernels() && w.layout == WeightLayout::Q4x8;
+#endif
   p.int8 = mode == MatmulMode::Fast && dtype_is_quantized(w.dtype);
 #if defined(LLM_AVX512_KERNELS)
   if (p.int8 && p.avx512) {
@@ -425,6 +444,27 @@ PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode m
     p.xq.d = scratch.d.data();
     p.xq.s = scratch.s.data();
     p.xq.cols = w.cols;
+    // Q4x8 with whole tiles of x rows for the family's kernels: the tiles too.
+    const int tile = p.q4x8_vnni ? kern::kQ4x8ColsAvx512 : kern::kQ4x8ColsAvx2;
+    if (w.layout == WeightLayout::Q4x8 && p.avx2 && n >= tile) {
+      thread_local QuantScratch tiles;
+      const int64_t nt = n / tile;
+      const size_t tq = size_t(nt * tile) * size_t(w.cols);
+      if (tiles.q.size() < tq) tiles.q.resize(tq);
+      if (tiles.d.size() < tq / 32) {
+        tiles.d.resize(tq / 32);
+        tiles.s.resize(tq / 32);
+      }
+      // (The workers must get this thread's buffers, not their own thread_local ones.)
+      int8_t* const tq_out = tiles.q.data();
+      float* const td_out = tiles.d.data();
+      float* const ts_out = tiles.s.data();
+      over_rows(nt, pool, [&](int64_t t0, int64_t t1) { kern::pack_q4x8_x(p.xq, tile, t0, t1, tq_out, td_out, ts_out); });
+      p.xq.tile = tile;
+      p.xq.tq = tiles.q.data();
+      p.xq.td = tiles.d.data();
+      p.xq.ts = tiles.s.data();
+    }
   }
   return p;
 }
@@ -453,6 +493,14 @@ void run_rows(const WeightView& w, const PreparedX& p, const float* x, int64_t n
       kern::matmul_q_avx512(w, p.xq512, n, y, r0, r1);
     else
       kern::matmul_f_avx512(w, x, n, y, r0, r1);
+    return;
+  }
+#endif
+#if defined(LLM_AVX512_KERNELS)
+  if (p.q4x8_vnni && p.int8) {  // the groups here, the plain tail rows as AVX2 does them
+    const int64_t full = q4x8_rows(w);
+    if (r0 < full) kern::matmul_q4x8_avx512(w, p.xq, n, y, r0, std::min(r1, full));
+    if (r1 > full) kern::matmul_q_avx2(w, p.xq, n, y, std::max(r0, full), r1);
     return;
   }
 #endif

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm_kernels.h"
+#include "backend/cpu/q4x8_kernels.h"
 #include "quant/quant.h"
 
 namespace llm::cpu::kern {
@@ -458,28 +459,28 @@ inline __m256i broadcast_i32(const int8_t* p) {
 }
 
 // acc[c] (lane i: row i of the group at g) over blocks [b0, b1) for the C x
-// rows at xq (stride xcols), xd/xs (stride nbx).
+// rows of a tile in the layout of pack_q4x8_x (C == 1: x's own).
 // Prefetch: decode streams W from memory, and one stream of 144-byte blocks
-// is too slow to ramp the hardware prefetcher up; it then also touches the 3
+// is too slow to ramp the hardware prefetcher up; it then also touches the
 // lines kPrefetchBytes ahead (only a hint).
 template <int C, bool Prefetch>
-inline void q4x8_blocks(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* xq, int64_t xcols, const float* xd,
-                        const float* xs, int64_t nbx, __m256 (&acc)[C]) {
+inline void q4x8_blocks(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* xq, const float* xd, const float* xs,
+                        __m256 (&acc)[C]) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256 eight = _mm256_set1_ps(8.0f);
   for (int64_t b = b0; b < b1; ++b) {
     const uint8_t* blk = g + size_t(b) * kQ4x8BlockBytes;
     if constexpr (Prefetch) prefetch_span<kQ4x8BlockBytes>(blk + kPrefetchBytes);
+    const int8_t* xb = xq + b * 32 * C;
     __m256i p16[C];
     LLM_UNROLL for (int s = 0; s < 4; ++s) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * s));
       const __m256i lo = _mm256_and_si256(v, m4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
       LLM_UNROLL for (int c = 0; c < C; ++c) {
-        const int8_t* xb = xq + c * xcols + b * 32 + 4 * s;
-        const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(xb)),
-                                           _mm256_maddubs_epi16(hi, broadcast_i32(xb + 16)));
+        const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(xb + (s * C + c) * 4)),
+                                           _mm256_maddubs_epi16(hi, broadcast_i32(xb + ((4 + s) * C + c) * 4)));
         p16[c] = s == 0 ? t : _mm256_add_epi16(p16[c], t);
       }
     }
@@ -487,56 +488,20 @@ inline void q4x8_blocks(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* 
     LLM_UNROLL for (int c = 0; c < C; ++c) {
       const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16[c], ones));
       // dot - 8 * s_x: integers below 2^24, so exact.
-      const __m256 v = _mm256_fnmadd_ps(_mm256_broadcast_ss(xs + c * nbx + b), eight, dot);
-      acc[c] = _mm256_fmadd_ps(v, _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + c * nbx + b)), acc[c]);
+      const __m256 v = _mm256_fnmadd_ps(_mm256_broadcast_ss(xs + b * C + c), eight, dot);
+      acc[c] = _mm256_fmadd_ps(v, _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + b * C + c)), acc[c]);
     }
   }
 }
 
-// Values per K chunk of a prefill: a group's chunk (8 * 2048 / 32 * 144 bytes
-// = 9 KiB) stays in L1 while every x row passes over it. The running sums
-// wait in y between chunks (exact f32 round trips: the order per output is
-// the same as one pass).
-constexpr int64_t kQ4x8KBlocks = 64;
-
-// Rows [r0, r1) (inside the 8-row groups; r0 a multiple of 4) for n x rows.
-void q4x8_matmul(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
-  const int64_t nb = w.cols / 32;
-  const int64_t kb = n >= 2 * kQCols ? kQ4x8KBlocks : nb;
-  for (int64_t g0 = r0 / 8 * 8; g0 < r1; g0 += 8) {
-    const uint8_t* g = w.data + size_t(g0) * w.row_bytes;
-    const int lo = int(std::max(r0, g0) - g0), hi = int(std::min(r1, g0 + 8) - g0);
-    // A group shared with another thread's range: one pass, and only this
-    // range's lanes are written.
-    const bool whole = lo == 0 && hi == 8;
-    for (int64_t b0 = 0; b0 < nb; b0 += whole ? kb : nb) {
-      const int64_t b1 = whole ? std::min(nb, b0 + kb) : nb;
-      auto tile = [&](auto cols_tag, int64_t c0) {
-        constexpr int C = decltype(cols_tag)::value;
-        __m256 acc[C];
-        LLM_UNROLL for (int c = 0; c < C; ++c)
-          acc[c] = b0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(y + (c0 + c) * w.rows + g0);
-        if (n <= kSmallBatch)
-          q4x8_blocks<C, true>(g, b0, b1, x.q + c0 * x.cols, x.cols, x.d + c0 * nb, x.s + c0 * nb, nb, acc);
-        else
-          q4x8_blocks<C, false>(g, b0, b1, x.q + c0 * x.cols, x.cols, x.d + c0 * nb, x.s + c0 * nb, nb, acc);
-        LLM_UNROLL for (int c = 0; c < C; ++c) {
-          float* yc = y + (c0 + c) * w.rows + g0;
-          if (whole) {
-            _mm256_storeu_ps(yc, acc[c]);
-          } else {
-            alignas(32) float t[8];
-            _mm256_store_ps(t, acc[c]);
-            for (int i = lo; i < hi; ++i) yc[i] = t[i];
-          }
-        }
-      };
-      int64_t c0 = 0;
-      for (; c0 + kQCols <= n; c0 += kQCols) tile(std::integral_constant<int, kQCols>{}, c0);
-      for (; c0 < n; ++c0) tile(std::integral_constant<int, 1>{}, c0);
-    }
+struct Q4x8Avx2 {
+  static constexpr int kCols = kQ4x8ColsAvx2;
+  template <int C, bool Prefetch>
+  static void run(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* xq, const float* xd, const float* xs,
+                  __m256 (&acc)[C]) {
+    q4x8_blocks<C, Prefetch>(g, b0, b1, xq, xd, xs, acc);
   }
-}
+};
 
 // ---------------------------------------------------------------------------
 // f32 tiles: W rows come through a loader that turns 8 stored values at
@@ -832,7 +797,7 @@ void matmul_q_avx2(const WeightView& w, const QuantX& x, int64_t n, float* y, in
                    int64_t r1) {
   if (w.layout == WeightLayout::Q4x8) {  // x in the plain layout
     const int64_t full = w.rows / 8 * 8;
-    if (r0 < full) q4x8_matmul(w, x, n, y, r0, std::min(r1, full));
+    if (r0 < full) q4x8_matmul<Q4x8Avx2>(w, x, n, y, r0, std::min(r1, full));
     if (r1 > full) q_matmul<32, false, false>(w, x, n, y, std::max(r0, full), r1);
     return;
   }

@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm_kernels.h"
+#include "backend/cpu/q4x8_kernels.h"  // kQ4x8KBlocks, kQ4x8SmallBatch
 #include "quant/quant.h"
 
 namespace llm::cpu::kern {
@@ -695,7 +696,94 @@ void dequant_segment(const WeightView& w, const uint8_t* row, int64_t k0, int64_
   }
 }
 
+// Q4x8 (matmul.h): the AVX2 kernel's lane per row (q4x8_kernels.h) on
+// 512-bit registers, two 8-row groups at a time (lanes 0-7: the group at ga,
+// 8-15: the one at gb), with vpdpbusd taking the int32 dot in place of
+// vpmaddubsw, the int16 sums and vpmaddwd. Each broadcast x dword now meets
+// 16 rows. The low and high nibbles keep a sum each (two chains of 4); with
+// 32 registers a tile holds 8 x rows (x in the layout of pack_q4x8_x). The
+// integer dot is the same exact number and the float steps the same
+// operations, so the bits are the AVX2 kernel's and the portable one's.
+template <int C, bool Prefetch>
+inline void q4x16_blocks(const uint8_t* ga, const uint8_t* gb, int64_t b0, int64_t b1, const int8_t* xq,
+                         const float* xd, const float* xs, __m512 (&acc)[C]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512 eight = _mm512_set1_ps(8.0f);
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint8_t* pa = ga + size_t(b) * kQ4x8BlockBytes;
+    const uint8_t* pb = gb + size_t(b) * kQ4x8BlockBytes;
+    if constexpr (Prefetch) {
+      prefetch_span<kQ4x8BlockBytes>(pa + kPrefetchBytes);
+      prefetch_span<kQ4x8BlockBytes>(pb + kPrefetchBytes);
+    }
+    const int8_t* xb = xq + b * 32 * C;
+    __m512i dlo[C], dhi[C];
+    LLM_UNROLL for (int c = 0; c < C; ++c) dlo[c] = dhi[c] = _mm512_setzero_si512();
+    LLM_UNROLL for (int s = 0; s < 4; ++s) {
+      const __m512i v = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 16 + 32 * s))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 16 + 32 * s)), 1);
+      const __m512i lo = _mm512_and_si512(v, m4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      LLM_UNROLL for (int c = 0; c < C; ++c) {
+        int32_t xl, xh;
+        std::memcpy(&xl, xb + (s * C + c) * 4, 4);
+        std::memcpy(&xh, xb + ((4 + s) * C + c) * 4, 4);
+        dlo[c] = _mm512_dpbusd_epi32(dlo[c], lo, _mm512_set1_epi32(xl));
+        dhi[c] = _mm512_dpbusd_epi32(dhi[c], hi, _mm512_set1_epi32(xh));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb)), 1));
+    LLM_UNROLL for (int c = 0; c < C; ++c) {
+      const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(dlo[c], dhi[c]));
+      const __m512 v = _mm512_fnmadd_ps(_mm512_set1_ps(xs[b * C + c]), eight, dot);  // exact
+      acc[c] = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(xd[b * C + c])), acc[c]);
+    }
+  }
+}
+
 }  // namespace
+
+// The loop nest of q4x8_kernels.h on units of 16 rows: lanes outside [r0,
+// r1) (a group shared with another thread, a missing second group) are
+// masked off every load and store of y, where the running sums wait between
+// K chunks.
+void matmul_q4x8_avx512(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  constexpr int kCols = kQ4x8ColsAvx512;
+  const int64_t nb = w.cols / 32, full = w.rows / 8 * 8;
+  const int64_t kb = n >= 2 * kCols ? kQ4x8KBlocks : nb;
+  const bool tiles = x.tile == kCols;  // else every x row alone (same bits)
+  for (int64_t u0 = r0 / 8 * 8; u0 < r1; u0 += 16) {
+    const uint8_t* ga = w.data + size_t(u0) * w.row_bytes;
+    const uint8_t* gb = u0 + 8 < full ? ga + 8 * w.row_bytes : ga;
+    uint32_t bits = 0;
+    for (int i = 0; i < 16; ++i) bits |= uint32_t(u0 + i >= r0 && u0 + i < r1) << i;
+    const __mmask16 m = __mmask16(bits);
+    for (int64_t b0 = 0; b0 < nb; b0 += kb) {
+      const int64_t b1 = std::min(nb, b0 + kb);
+      auto tile = [&](auto cols_tag, int64_t c0) {
+        constexpr int C = decltype(cols_tag)::value;
+        __m512 acc[C];
+        LLM_UNROLL for (int c = 0; c < C; ++c)
+          acc[c] = b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y + (c0 + c) * w.rows + u0);
+        const bool tiled = C > 1;
+        const int8_t* xq = (tiled ? x.tq : x.q) + c0 * x.cols;
+        const float* xd = (tiled ? x.td : x.d) + c0 * nb;
+        const float* xs = (tiled ? x.ts : x.s) + c0 * nb;
+        if (n <= kQ4x8SmallBatch)
+          q4x16_blocks<C, true>(ga, gb, b0, b1, xq, xd, xs, acc);
+        else
+          q4x16_blocks<C, false>(ga, gb, b0, b1, xq, xd, xs, acc);
+        LLM_UNROLL for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + (c0 + c) * w.rows + u0, m, acc[c]);
+      };
+      int64_t c0 = 0;
+      for (; tiles && c0 + kCols <= n; c0 += kCols) tile(std::integral_constant<int, kCols>{}, c0);
+      for (; c0 < n; ++c0) tile(std::integral_constant<int, 1>{}, c0);
+    }
+  }
+}
 
 void quantize_x_avx512(const float* x, int64_t n, int64_t cols, uint8_t* out, bool q8) {
   const int64_t xs = quad_count(cols) * kQuadBytes;
