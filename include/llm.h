@@ -124,7 +124,8 @@ typedef void (*llm_log_fn)(llm_log_level level, const char *message, void *user_
                                       them (the file mapping or decompressed buffers) instead of a copy
                                       on transparent huge pages, in the file's row layout. Less memory
                                       while loading, slower decode, and slower Q4_0 prefill with the
-                                      AVX2 kernels (see docs/PERFORMANCE.md). No effect elsewhere. */
+                                      AVX2/AVX-512 kernels (see docs/PERFORMANCE.md). No effect
+                                      elsewhere. */
 
 typedef struct llm_load_params {
   uint32_t struct_size;        /* sizeof(llm_load_params) as the caller compiled it */

@@ -21,7 +21,7 @@ namespace llm::cpu {
 // How a matrix's rows lie in memory.
 //   Rows: row r at data + r * row_bytes (every dtype; what files hold).
 //   Q4x8: Q4 group 32 (GGUF Q4_0) rows interleaved by 8 at load for the AVX2
-//         integer kernels (repack_q4x8). Group g of rows 8g..8g+7 takes the
+//         and AVX-512 integer kernels (repack_q4x8). Group g of rows 8g..8g+7 takes the
 //         same 8 * row_bytes bytes at data + 8g * row_bytes; its block b is
 //         kQ4x8BlockBytes at b * kQ4x8BlockBytes: the 8 rows' f16 scales,
 //         then for s = 0..3 the 8 rows' quant bytes 4s..4s+3 (row i's at 16 +
@@ -62,11 +62,11 @@ void matmul_ref(const WeightView& w, const float* x, int64_t n, float* y);
 void dequantize_row(const WeightView& w, int64_t r, float* dst);
 
 // The Q4x8 layout: whether w (Rows) can take it, and whether the kernels
-// that run now want it (AVX2 is the family in use: its integer kernels then
-// work one 8-row group per 32-bit lane set, with no horizontal sums; the
-// AVX-512 and scalar families gain nothing). The choice is made at load, for
-// the model's lifetime; every family still computes a Q4x8 matrix (the
-// layout picks its kernels, not the cap).
+// that run now want it (Fast mode with the AVX2 or AVX-512 family: their
+// integer kernels then keep one row per 32-bit lane, with no horizontal
+// sums; the portable family gains nothing). The choice is made at load, for
+// the model's lifetime; every family still computes a Q4x8 matrix, to the
+// same bits (the layout picks the kernels, the cap only which of them).
 bool q4x8_eligible(const WeightView& w);
 bool q4x8_preferred(MatmulMode mode);
 // Writes w (Rows, eligible) to dst (w.rows * w.row_bytes bytes, not

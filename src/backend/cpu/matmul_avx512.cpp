@@ -20,6 +20,9 @@
 //       prefill (n > 1):  4 W rows x 4 x rows per tile; x rows are taken in
 //                         blocks that stay in L2 while every W tile (L1)
 //                         passes over them.
+//     Q4 group 32 in the Q4x8 layout (matmul.h; made at load) takes its own
+//     kernel instead, one row per 32-bit lane, 16 rows x 8 x rows per tile,
+//     for decode and prefill alike (matmul_q4x8_avx512).
 //   * matmul_f_avx512 (f32 accumulation of exactly dequantized weights):
 //     F32, F16, BF16 in both modes, Q8/Q4 in Reference mode.
 //       decode:  one row at a time (one sequential stream, prefetched), 2
