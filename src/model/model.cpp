@@ -343,25 +343,24 @@ static uint64_t available_memory_bytes() {
 // the copy replaces are then given back: decompressed buffers are freed and
 // the file mapping's pages dropped (the kernel may still cache the file).
 //
-// The copy is also where Q4_0 matrices take the Q4x8 layout when the AVX2
-// kernels are the ones that run (cpu::q4x8_preferred: about 1.7x faster
-// prefill there, backend/cpu/matmul.h); for that it is made even without
-// huge pages. Same bytes, permuted: no memory is added.
+// The copy is also where Q4_0 and Q8_0 matrices take the X8 layout when the
+// kernels that run want it (cpu::x8_preferred, backend/cpu/matmul.h: 1.4-1.8x
+// faster prefill); for that it is made even without huge pages. Same bytes,
+// permuted: no memory is added.
 void Model::move_weights_to_huge_pages() {
   struct Item {
     cpu::WeightView* view;
     size_t offset, bytes;
-    bool q4x8;
+    bool x8;
   };
   std::vector<Item> items;
   size_t total = 0;
-  const bool q4x8 = cpu::q4x8_preferred(mode_);
-  bool any_q4x8 = false;
+  bool any_x8 = false;
   auto add = [&](cpu::WeightView* w, bool matmul) {
     const size_t bytes = w->row_bytes * size_t(w->rows);
-    const bool repack = matmul && q4x8 && cpu::q4x8_eligible(*w);
+    const bool repack = matmul && cpu::x8_eligible(*w) && cpu::x8_preferred(w->dtype, mode_);
     items.push_back({w, total, bytes, repack});
-    any_q4x8 = any_q4x8 || repack;
+    any_x8 = any_x8 || repack;
     total += (bytes + 63) / 64 * 64;
   };
   for (auto& l : layers_)
@@ -384,17 +383,17 @@ void Model::move_weights_to_huge_pages() {
     log_.log(LLM_LOG_INFO, "weights stay on the file's pages: %s", e.what());
     return;
   }
-  if (!block.advised() && !any_q4x8) return;  // no huge pages here: a copy would gain nothing
+  if (!block.advised() && !any_x8) return;  // no huge pages here: a copy would gain nothing
 
   uint8_t* base = block.data();
   pool_->parallel([&](int ith, int nth) {
     // Every thread copies its share of each matrix: 4 KiB-granular slices.
     for (const Item& it : items) {
       int64_t b, e;
-      if (it.q4x8) {  // whole 8-row groups per thread
+      if (it.x8) {  // whole 8-row groups per thread
         const int64_t rows = it.view->rows, groups = (rows + 7) / 8;
         ThreadPool::split(groups, ith, nth, &b, &e);
-        if (b < e) cpu::repack_q4x8(*it.view, base + it.offset, b * 8, std::min(rows, e * 8));
+        if (b < e) cpu::repack_x8(*it.view, base + it.offset, b * 8, std::min(rows, e * 8));
         continue;
       }
       ThreadPool::split(int64_t((it.bytes + 4095) / 4096), ith, nth, &b, &e);
@@ -416,7 +415,7 @@ void Model::move_weights_to_huge_pages() {
       t.nbytes = 0;
     }
     it.view->data = base + it.offset;
-    if (it.q4x8) it.view->layout = cpu::WeightLayout::Q4x8;
+    if (it.x8) it.view->layout = cpu::WeightLayout::X8;
   }
   if (tied) {
     tok_embd_.data = output_.data;

@@ -106,7 +106,7 @@ struct WeightSet {
   WeightView view;
 };
 
-WeightSet make_set(DType t, uint32_t group, int64_t rows, int64_t cols, size_t min_total, bool q4x8 = false) {
+WeightSet make_set(DType t, uint32_t group, int64_t rows, int64_t cols, size_t min_total, bool x8 = false) {
   WeightSet s;
   s.view.dtype = t;
   s.view.group = group;
@@ -119,16 +119,16 @@ WeightSet make_set(DType t, uint32_t group, int64_t rows, int64_t cols, size_t m
   for (size_t i = 0; i < n; ++i) {
     s.copies[i].resize(bytes);
     fill_weights(t, group, rows, cols, s.copies[i].data(), uint32_t(i + 1));
-    if (q4x8) {  // the layout the loader gives Q4_0 matrices under the AVX2 family
+    if (x8) {  // the layout the loader gives Q4_0 matrices under the AVX2 family
       llm::Buffer<uint8_t> packed;
       packed.resize(bytes);
       WeightView v = s.view;
       v.data = s.copies[i].data();
-      llm::cpu::repack_q4x8(v, packed.data());
+      llm::cpu::repack_x8(v, packed.data());
       s.copies[i] = std::move(packed);
     }
   }
-  if (q4x8) s.view.layout = llm::cpu::WeightLayout::Q4x8;
+  if (x8) s.view.layout = llm::cpu::WeightLayout::X8;
   return s;
 }
 
@@ -264,14 +264,14 @@ BENCHMARK(BM_FmaPeak512)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 // ---------------------------------------------------------------------------
 // Kernels. Args: dtype code (0 f32, 1 f16, 3 q8, 4 q4 g32, 5 q4 g128,
 // 6 q8 Reference mode, 7 q5_0, 8 q4_K, 9 q6_K, 10 q5_K, 11 q3_K, 12 q2_K,
-// 13 q5_1, 14 iq4_nl, 15 q4_K Reference mode, 16 iq4_xs, 17 q4 g32 in the
-// Q4x8 layout), rows, cols, threads.
+// 13 q5_1, 14 iq4_nl, 15 q4_K Reference mode, 16 iq4_xs, 17 q4 g32 and 18 q8
+// in the X8 layout), rows, cols, threads.
 
 struct Variant {
   DType dtype;
   uint32_t group;
   MatmulMode mode;
-  bool q4x8 = false;
+  bool x8 = false;
 };
 
 Variant variant(int64_t code) {
@@ -293,6 +293,7 @@ Variant variant(int64_t code) {
     case 15: return {DType::Q4_K, 256, MatmulMode::Reference};
     case 16: return {DType::IQ4_XS, 256, MatmulMode::Fast};
     case 17: return {DType::Q4, 32, MatmulMode::Fast, true};
+    case 18: return {DType::Q8, 32, MatmulMode::Fast, true};
     default: return {DType::Q8, 32, MatmulMode::Reference};
   }
 }
@@ -301,7 +302,7 @@ void run_matmul(benchmark::State& state, int64_t n, size_t rotate) {
   const Variant v = variant(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2);
   const int threads = int(state.range(3));
-  WeightSet set = make_set(v.dtype, v.group, rows, cols, rotate, v.q4x8);
+  WeightSet set = make_set(v.dtype, v.group, rows, cols, rotate, v.x8);
   // Activations 64-byte aligned, as the engine keeps them (core/alloc.h).
   const std::vector<float> x0 = make_x(n, cols);
   std::vector<float> x_storage(x0.size() + 16);
@@ -323,7 +324,7 @@ void run_matmul(benchmark::State& state, int64_t n, size_t rotate) {
       double(state.iterations()) * 2.0 * double(rows) * double(cols) * double(n),
       benchmark::Counter::kIsRate);
   state.SetLabel(std::string(llm::dtype_name(v.dtype)) + (v.dtype == DType::Q4 && v.group == 128 ? "g128" : "") +
-                 (v.q4x8 ? "x8" : "") +
+                 (v.x8 ? "x8" : "") +
                  (v.mode == MatmulMode::Reference ? "/ref" : "") + "/" +
                  llm::cpu::isa_name(llm::cpu::active_isa()));
 }
@@ -335,13 +336,13 @@ const int64_t kShapes[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 
 
 template <int64_t Threads>
 void gemv_args(benchmark::internal::Benchmark* b) {
-  for (int64_t code : {4, 17, 3, 1, 5})
+  for (int64_t code : {4, 17, 3, 18, 1, 5})
     for (const auto& s : kShapes) b->Args({code, s[0], s[1], Threads});
 }
 
 template <int64_t Threads>
 void gemm_args(benchmark::internal::Benchmark* b) {
-  for (int64_t code : {4, 17, 3, 1, 0, 6})
+  for (int64_t code : {4, 17, 3, 18, 1, 0, 6})
     for (const auto& s : kShapes) {
       if (s[0] == 32000 && code != 4 && code != 17) continue;  // the big one once is enough
       b->Args({code, s[0], s[1], Threads});

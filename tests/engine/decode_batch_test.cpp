@@ -207,7 +207,7 @@ const llm::VocabData& vocab512() {
 // random f32 values for the native formats, random well-formed blocks for
 // the GGUF ones (there is no quantizer for those).
 std::unique_ptr<llm::Model> random_model(const Format& f, int threads, uint64_t kv_budget = 0, int32_t seq_len = 512,
-                                         bool huge_pages = false) {
+                                         bool huge_pages = false, bool reference_math = false) {
   llm::ModelConfig c;
   c.dim = 256;
   c.hidden_dim = 512;
@@ -243,6 +243,7 @@ std::unique_ptr<llm::Model> random_model(const Format& f, int threads, uint64_t 
   llm::LoadOptions lo;
   lo.n_threads = threads;
   lo.huge_pages = huge_pages;
+  lo.reference_math = reference_math;
   lo.kv_budget_bytes = kv_budget;
   return llm::Model::from_source(std::move(src), lo);
 }
@@ -371,50 +372,66 @@ TEST(ForwardBatch, EveryKernelFamily) {
   }
 }
 
-// Under the AVX2 (and AVX-512) family the load's weight copy interleaves
-// Q4_0 (Q4 g32) matrices by 8 rows (the Q4x8 layout); the portable family
-// keeps the rows. The
-// model then still gives each sequence the same bits alone or batched, and
-// logits within activation-rounding distance of the plain layout's.
-TEST(ForwardBatch, Q4x8LayoutUnderAvx2) {
+// The load's weight copy interleaves Q4_0 (Q4 g32) matrices by 8 rows (the
+// X8 layout) under the AVX2 and AVX-512 families, Q8_0 (Q8) ones under
+// AVX-512; the portable family keeps the rows. The model then still gives
+// each sequence the same bits alone or batched. Its logits: under AVX2 within
+// float-rounding distance of the plain layout's (the same quantized
+// activations and integer dots, summed in another order); under AVX-512,
+// whose plain-row prefill kernels round activations their own way, as close
+// to exact math as the plain layout's are.
+void check_x8_model(const Format& f, llm::cpu::Isa isa, bool expect_x8) {
+  SCOPED_TRACE(name_of(f) + " " + llm::cpu::isa_name(isa));
+  llm::cpu::set_max_isa(isa);
+  const auto packed = random_model(f, 2, 0, 512, true);
+  const auto plain = random_model(f, 2, 0, 512, false);
+  const llm::cpu::WeightLayout want = expect_x8 ? llm::cpu::WeightLayout::X8 : llm::cpu::WeightLayout::Rows;
+  for (const llm::cpu::WeightView* w : {&packed->layers()[0].wq, &packed->layers()[1].w_down, &packed->output()})
+    EXPECT_EQ(w->layout, want);
+  EXPECT_EQ(plain->layers()[0].wq.layout, llm::cpu::WeightLayout::Rows);
+  if (!expect_x8) return;
+  for (size_t b : {1, 3, 9, 16}) check_forward_batch(*packed, b, LLM_KV_F16, 2, "x8");
+  const auto exact = random_model(f, 2, 0, 512, false, true);
+  const size_t vocab = size_t(packed->config().vocab_size);
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 40; ++i) toks.push_back((i * 37 + 11) % int32_t(vocab));
+  auto logits = [&](const llm::Model& m) {
+    std::vector<float> out(vocab);
+    llm::cpu::ForwardScratch sc;
+    Pages pg(m, LLM_KV_F16, 41);
+    llm::cpu::forward(m, pg.args(toks.data(), int64_t(toks.size()), 0, out.data()), sc);
+    return out;
+  };
+  const std::vector<float> a = logits(*packed), b = logits(*plain), e = logits(*exact);
+  double diff2 = 0, ref2 = 0, err_a = 0, err_b = 0;
+  for (size_t i = 0; i < vocab; ++i) {
+    diff2 += double(a[i] - b[i]) * (a[i] - b[i]);
+    ref2 += double(b[i]) * b[i];
+    err_a += double(a[i] - e[i]) * (a[i] - e[i]);
+    err_b += double(b[i] - e[i]) * (b[i] - e[i]);
+  }
+  EXPECT_GT(ref2, 0.0);
+  EXPECT_GT(diff2, 0.0);  // not the same path
+  if (isa == llm::cpu::Isa::Avx2) EXPECT_LT(diff2, 1e-8 * ref2);
+  EXPECT_LT(err_a, 1.5 * err_b + 1e-9 * ref2) << "packed " << err_a << " plain " << err_b;
+  EXPECT_LT(err_a, 1e-2 * ref2);
+}
+
+TEST(ForwardBatch, X8LayoutWhereTheKernelsWantIt) {
   if (llm::cpu::best_isa() < llm::cpu::Isa::Avx2) GTEST_SKIP() << "no AVX2 here";
   struct Restore {
     llm::cpu::Isa saved = llm::cpu::max_isa();
     ~Restore() { llm::cpu::set_max_isa(saved); }
   } restore;
-  llm::cpu::set_max_isa(llm::cpu::Isa::Avx2);
-  const auto packed = random_model({DType::Q4, 32}, 2, 0, 512, true);
-  const auto plain = random_model({DType::Q4, 32}, 2, 0, 512, false);
-  for (const llm::cpu::WeightView* w : {&packed->layers()[0].wq, &packed->layers()[1].w_down, &packed->output()})
-    EXPECT_EQ(w->layout, llm::cpu::WeightLayout::Q4x8);
-  EXPECT_EQ(plain->layers()[0].wq.layout, llm::cpu::WeightLayout::Rows);
-  for (size_t b : {1, 3, 5, 16}) check_forward_batch(*packed, b, LLM_KV_F16, 2, "q4x8");
-  const size_t vocab = size_t(packed->config().vocab_size);
-  std::vector<int32_t> toks;
-  for (int i = 0; i < 40; ++i) toks.push_back((i * 37 + 11) % int32_t(vocab));
-  std::vector<float> a(vocab), b(vocab);
-  llm::cpu::ForwardScratch sa, sb;
-  Pages pa(*packed, LLM_KV_F16, 41), pb(*plain, LLM_KV_F16, 41);
-  llm::cpu::forward(*packed, pa.args(toks.data(), int64_t(toks.size()), 0, a.data()), sa);
-  llm::cpu::forward(*plain, pb.args(toks.data(), int64_t(toks.size()), 0, b.data()), sb);
-  double diff2 = 0, ref2 = 0;
-  for (size_t i = 0; i < vocab; ++i) {
-    diff2 += double(a[i] - b[i]) * (a[i] - b[i]);
-    ref2 += double(b[i]) * b[i];
+  const bool avx512 = llm::cpu::best_isa() >= llm::cpu::Isa::Avx512;
+  check_x8_model({DType::Q4, 32}, llm::cpu::Isa::Avx2, true);
+  check_x8_model({DType::Q8, 32}, llm::cpu::Isa::Avx2, false);
+  if (avx512) {
+    check_x8_model({DType::Q4, 32}, llm::cpu::Isa::Avx512, true);
+    check_x8_model({DType::Q8, 32}, llm::cpu::Isa::Avx512, true);
   }
-  EXPECT_GT(ref2, 0.0);
-  EXPECT_LT(diff2, 1e-8 * ref2);  // the same integer dots, summed in another order
-  EXPECT_GT(diff2, 0.0);          // ... so not the same path
-  // The AVX-512 family takes the layout too (its own kernel, the same bits);
-  // the portable one does not.
-  if (llm::cpu::best_isa() >= llm::cpu::Isa::Avx512) {
-    llm::cpu::set_max_isa(llm::cpu::Isa::Avx512);
-    const auto m512 = random_model({DType::Q4, 32}, 2, 0, 512, true);
-    EXPECT_EQ(m512->layers()[0].wq.layout, llm::cpu::WeightLayout::Q4x8);
-    for (size_t b : {1, 9}) check_forward_batch(*m512, b, LLM_KV_F16, 2, "q4x8 avx512");
-  }
-  llm::cpu::set_max_isa(llm::cpu::Isa::Scalar);
-  EXPECT_EQ(random_model({DType::Q4, 32}, 2, 0, 512, true)->layers()[0].wq.layout, llm::cpu::WeightLayout::Rows);
+  check_x8_model({DType::Q4, 32}, llm::cpu::Isa::Scalar, false);
+  check_x8_model({DType::Q4, 64}, llm::cpu::Isa::Avx2, false);
 }
 
 TEST(ForwardBatch, EveryBatchSizeAndKvType) {

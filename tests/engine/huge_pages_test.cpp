@@ -146,12 +146,15 @@ TEST(HugePageWeights, CopyComputesExactlyWhatTheLoadersBytesDo) {
       const auto in_place = run(path, math | LLM_LOAD_NO_HUGE_PAGES);
       ASSERT_EQ(copied.size(), 4u) << path;
       ASSERT_EQ(in_place.size(), 4u) << path;
-      // Q4_0 under the AVX2 or AVX-512 family: the copy interleaves the
-      // matrices (Q4x8), whose kernels sum the same integer dots in another
-      // order: the same up to float rounding. Everything else: the same bits.
-      const bool q4x8 = path.find("q4_0") != std::string::npos && math == 0 &&
-                        llm::cpu::q4x8_preferred(llm::cpu::MatmulMode::Fast);
-      if (!q4x8) {
+      // Q4_0 under the AVX2 or AVX-512 family, Q8_0 under AVX-512: the copy
+      // interleaves the matrices (X8), whose kernels sum the same integer
+      // dots in another order: the same up to float rounding. Everything
+      // else: the same bits.
+      const bool x8 = math == 0 && ((path.find("q4_0") != std::string::npos &&
+                                       llm::cpu::x8_preferred(llm::DType::Q4, llm::cpu::MatmulMode::Fast)) ||
+                                      (path.find("q8_0") != std::string::npos &&
+                                       llm::cpu::x8_preferred(llm::DType::Q8, llm::cpu::MatmulMode::Fast)));
+      if (!x8) {
         EXPECT_EQ(copied, in_place) << path << " flags " << math;
         continue;
       }

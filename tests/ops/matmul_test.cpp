@@ -29,7 +29,7 @@ struct Config {
   DType dtype;
   uint32_t group;
   const char* name;
-  bool q4x8 = false;  // the view is the Q4x8 repack of the rows (repack_q4x8)
+  bool x8 = false;  // the view is the X8 repack of the rows (repack_x8)
 };
 
 // A weight matrix: its stored bytes plus the exact values those bytes mean,
@@ -38,7 +38,7 @@ struct Weights {
   Config cfg;
   int64_t rows = 0, cols = 0;
   std::vector<uint8_t> bytes;
-  std::vector<uint8_t> packed;  // the Q4x8 repack of bytes, when cfg.q4x8
+  std::vector<uint8_t> packed;  // the X8 repack of bytes, when cfg.x8
   std::vector<double> values;  // [rows, cols]
   WeightView rows_view() const {
     WeightView w;
@@ -52,9 +52,9 @@ struct Weights {
   }
   WeightView view() const {
     WeightView w = rows_view();
-    if (cfg.q4x8 && q4x8_eligible(w)) {
+    if (cfg.x8 && x8_eligible(w)) {
       w.data = packed.data();
-      w.layout = WeightLayout::Q4x8;
+      w.layout = WeightLayout::X8;
     }
     return w;
   }
@@ -161,10 +161,10 @@ Weights make_weights(Config cfg, int64_t rows, int64_t cols, uint32_t seed) {
         break;
     }
   }
-  if (cfg.q4x8 && q4x8_eligible(w.rows_view())) {
+  if (cfg.x8 && x8_eligible(w.rows_view())) {
     w.packed.assign(w.bytes.size(), 0);
-    const WeightView v = repack_q4x8(w.rows_view(), w.packed.data());
-    EXPECT_EQ(v.layout, WeightLayout::Q4x8);
+    const WeightView v = repack_x8(w.rows_view(), w.packed.data());
+    EXPECT_EQ(v.layout, WeightLayout::X8);
     EXPECT_EQ(v.data, w.packed.data());
   }
   return w;
@@ -240,32 +240,34 @@ TEST(Dequantize, HalfTypes) {
   EXPECT_EQ(out[2], 65536.0f);  // bf16 keeps 8 mantissa bits: 65504 rounds up
 }
 
-// repack_q4x8 permutes bytes: every row reads back as the same values,
+// repack_x8 permutes bytes: every row reads back as the same values,
 // groups and plain tail rows alike, and the inputs it cannot take are refused.
-TEST(Dequantize, Q4x8KeepsEveryRow) {
-  for (int64_t rows : {8, 16, 21}) {
-    const Weights w = make_weights({DType::Q4, 32, "q4x8", true}, rows, 96, 3);
-    const WeightView plain = w.rows_view(), packed = w.view();
-    ASSERT_EQ(packed.layout, WeightLayout::Q4x8);
-    ASSERT_NE(0, std::memcmp(w.bytes.data(), w.packed.data(), size_t(8) * plain.row_bytes));
-    std::vector<float> a(96), b(96);
-    for (int64_t r = 0; r < rows; ++r) {
-      dequantize_row(plain, r, a.data());
-      dequantize_row(packed, r, b.data());
-      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "rows=" << rows << " r=" << r;
+TEST(Dequantize, X8KeepsEveryRow) {
+  for (const Config cfg : {Config{DType::Q4, 32, "q4x8", true}, Config{DType::Q8, 32, "q8x8", true}}) {
+    for (int64_t rows : {8, 16, 21}) {
+      const Weights w = make_weights(cfg, rows, 96, 3);
+      const WeightView plain = w.rows_view(), packed = w.view();
+      ASSERT_EQ(packed.layout, WeightLayout::X8);
+      ASSERT_NE(0, std::memcmp(w.bytes.data(), w.packed.data(), size_t(8) * plain.row_bytes));
+      std::vector<float> a(96), b(96);
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(plain, r, a.data());
+        dequantize_row(packed, r, b.data());
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << cfg.name << " rows=" << rows << " r=" << r;
+      }
     }
   }
-  const Weights q8 = make_weights({DType::Q8, 32, "q8"}, 8, 64, 4);
+  const Weights f16 = make_weights({DType::F16, 0, "f16"}, 8, 64, 4);
   const Weights g64 = make_weights({DType::Q4, 64, "q4g64"}, 8, 64, 5);
   const Weights few = make_weights({DType::Q4, 32, "q4g32"}, 7, 64, 6);
   std::vector<uint8_t> dst(4096);
-  for (const Weights* w : {&q8, &g64, &few}) {
-    EXPECT_FALSE(q4x8_eligible(w->rows_view()));
-    EXPECT_THROW(repack_q4x8(w->rows_view(), dst.data()), Error);
+  for (const Weights* w : {&f16, &g64, &few}) {
+    EXPECT_FALSE(x8_eligible(w->rows_view()));
+    EXPECT_THROW(repack_x8(w->rows_view(), dst.data()), Error);
   }
-  // A Q4x8 view of another dtype is refused by matmul.
-  WeightView bad = q8.rows_view();
-  bad.layout = WeightLayout::Q4x8;
+  // An X8 view of another dtype is refused by matmul.
+  WeightView bad = g64.rows_view();
+  bad.layout = WeightLayout::X8;
   std::vector<float> x(64, 1.0f), y(8);
   EXPECT_THROW(matmul(bad, x.data(), 1, y.data(), nullptr), Error);
 }
@@ -438,10 +440,10 @@ void run_sweep_isa(const Config& cfg, const std::vector<int64_t>& col_list) {
           ok &= std::fabs(double(exact_scalar[j]) - ref[j]) <= tol_exact;
           ok &= e_fast <= tol_fast;
           // Same quantized activations and exact integer dots: the paths only
-          // differ in float summation order (Q4x8 rows in a group: not even
+          // differ in float summation order (X8 rows in a group: not even
           // that; its plain tail rows take the kernels of plain rows).
           ok &= std::fabs(double(fast_scalar[j]) - fast1[j]) <= tol_exact;
-          if (wv.layout == WeightLayout::Q4x8 && int64_t(j) % rows < rows / 8 * 8)
+          if (wv.layout == WeightLayout::X8 && int64_t(j) % rows < rows / 8 * 8)
             ok &= std::memcmp(&fast_scalar[j], &fast1[j], 4) == 0;
           if (!ok) {
             ++bad;
@@ -495,10 +497,11 @@ TEST(MatmulSweep, F16) { run_sweep({DType::F16, 0, "f16"}, {7, 32, 172, 1000, 40
 TEST(MatmulSweep, BF16) { run_sweep({DType::BF16, 0, "bf16"}, {32, 172, 1000, 4096}); }
 TEST(MatmulSweep, Q8) { run_sweep({DType::Q8, 32, "q8"}, {32, 96, 1056, 4096}); }
 TEST(MatmulSweep, Q4G32) { run_sweep({DType::Q4, 32, "q4g32"}, {32, 96, 1056, 4096}); }
-// The Q4x8 layout: row counts with and without a tail of plain rows (1 and 3
-// rows stay plain; 37 = 4 groups + 5; 257 = 32 groups + 1), every family (a
-// Q4x8 matrix takes the AVX2 kernels under the AVX-512 cap too).
+// The X8 layout: row counts with and without a tail of plain rows (1 and 3
+// rows stay plain; 37 = 4 groups + 5; 257 = 32 groups + 1), every family
+// (each has X8 kernels, whatever layout the load would choose for it).
 TEST(MatmulSweep, Q4G32Interleaved) { run_sweep({DType::Q4, 32, "q4x8", true}, {32, 96, 1056, 4096}); }
+TEST(MatmulSweep, Q8Interleaved) { run_sweep({DType::Q8, 32, "q8x8", true}, {32, 96, 1056, 4096}); }
 TEST(MatmulSweep, Q4G64) { run_sweep({DType::Q4, 64, "q4g64"}, {64, 192, 1088, 4096}); }
 TEST(MatmulSweep, Q4G128) { run_sweep({DType::Q4, 128, "q4g128"}, {128, 384, 1152, 4096}); }
 TEST(MatmulSweep, Q4MG32) { run_sweep({DType::Q4M, 32, "q4mg32"}, {32, 96, 1056, 4096}); }
@@ -509,16 +512,17 @@ TEST(MatmulSweep, Q4MG128) { run_sweep({DType::Q4M, 128, "q4mg128"}, {128, 384, 
 // The activation quantizer: AVX2 and scalar agree bit for bit, and q/d
 // reconstruct x to half a step.
 
-// A Q4x8 prefill long enough that x's tiles are packed on the pool's
+// An X8 prefill long enough that x's tiles are packed on the pool's
 // threads (>= 64 tiles): every output the same bits with one thread, with
 // two, and row by row; every family.
-TEST(MatmulQ4x8, LongPrefillOnThePool) {
+TEST(MatmulX8, LongPrefillOnThePool) {
   const int64_t n = 8 * 64 + 13, rows = 27, cols = 96;
-  const Weights w = make_weights({DType::Q4, 32, "q4x8", true}, rows, cols, 21);
   const std::vector<float> x = make_x(n, cols, 22);
   ThreadPool pool(2);
+  for (const Config cfg : {Config{DType::Q4, 32, "q4x8", true}, Config{DType::Q8, 32, "q8x8", true}})
   for (Isa isa : available_isas()) {
-    SCOPED_TRACE(isa_name(isa));
+    SCOPED_TRACE(std::string(cfg.name) + " " + isa_name(isa));
+    const Weights w = make_weights(cfg, rows, cols, 21);
     IsaGuard guard(isa);
     std::vector<float> one(size_t(n * rows), NAN), two(size_t(n * rows), NAN);
     std::vector<float> row(static_cast<size_t>(rows));

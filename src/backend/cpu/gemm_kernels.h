@@ -30,24 +30,24 @@ struct QuantX {
   const float* d = nullptr;   // [n, cols / 32]
   const float* s = nullptr;   // [n, cols / 32] sum of the block's q (exact)
   int64_t cols = 0;           // multiple of 32
-  // For Q4x8 matrices (x as above, plus): the first n / tile * tile rows
-  // again in tiles of `tile` rows (pack_q4x8_x), or tile == 0.
+  // For X8 matrices (x as above, plus): the first n / tile * tile rows
+  // again in tiles of `tile` rows (pack_x8_x), or tile == 0.
   int tile = 0;
   const int8_t* tq = nullptr;
   const float* td = nullptr;
   const float* ts = nullptr;
 };
 
-// x rows per tile of the Q4x8 kernels: AVX2 (16 ymm registers), AVX-512.
-constexpr int kQ4x8ColsAvx2 = 4;
-constexpr int kQ4x8ColsAvx512 = 8;
+// x rows per tile of the X8 kernels: AVX2 (16 ymm registers), AVX-512.
+constexpr int kX8ColsAvx2 = 4;
+constexpr int kX8ColsAvx512 = 8;
 
 // Tiles t of `tile` rows of x (rows [t * tile, (t + 1) * tile) of x.q/d/s)
-// for t in [t0, t1), in the layout the Q4x8 kernels read: tile t at q + t *
+// for t in [t0, t1), in the layout the X8 kernels read: tile t at q + t *
 // tile * cols, its block b at + b * 32 * tile, where dword j (values 4j..4j+3)
 // of row c is at + (j * tile + c) * 4; d and s at d/s + t * tile * nb, block b
 // row c at + b * tile + c. With tile == 1 this is x's own layout.
-void pack_q4x8_x(const QuantX& x, int tile, int64_t t0, int64_t t1, int8_t* q, float* d, float* s);
+void pack_x8_x(const QuantX& x, int tile, int64_t t0, int64_t t1, int8_t* q, float* d, float* s);
 
 // Portable kernels (the fallback without AVX2, and the oracle for the SIMD path).
 // quantize_x_* must agree bit for bit between the two implementations.
@@ -56,11 +56,12 @@ void quantize_x_scalar(const float* x /* [n, cols] */, int64_t n, int64_t cols,
                        float* s /* [n, cols/32] */);
 void matmul_q_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0,
                      int64_t r1);
-// Rows [r0, r1) of a Q4x8 matrix, all inside its 8-row groups: per row, the
-// blocks in order, acc = fma(dot_b - 8 * s_b, d_w,b * d_x,b, acc) with the
-// integer block dot dot_b and a single f32 accumulator. The AVX2 kernel does
-// exactly these operations per 32-bit lane, so the two agree bit for bit.
-void matmul_q4x8_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1);
+// Rows [r0, r1) of an X8 matrix, all inside its 8-row groups: per row, the
+// blocks in order, acc = fma(dot_b, d_w,b * d_x,b, acc) with the exact
+// integer dot of block b's stored values (Q4: nibble - 8, as dot of the
+// nibbles - 8 * s_b) and a single f32 accumulator. The AVX2 and AVX-512
+// kernels do exactly these operations per 32-bit lane: all agree bit for bit.
+void matmul_x8_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1);
 
 #if defined(__x86_64__) || defined(_M_X64)
 // The prefill (n > 1) loop nest of the f32-accumulation path, shared by the
@@ -164,10 +165,10 @@ void matmul_q_avx512(const WeightView& w, const uint8_t* xq, int64_t n, float* y
                      int64_t r1);
 void matmul_f_avx512(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0,
                      int64_t r1);
-// Rows [r0, r1) of a Q4x8 matrix inside its 8-row groups, x as for
+// Rows [r0, r1) of an X8 matrix inside its 8-row groups, x as for
 // matmul_q_avx2 (plain layout): the same bits as the AVX2 and portable
-// kernels (q4x8_kernels.h).
-void matmul_q4x8_avx512(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1);
+// kernels (x8_kernels.h).
+void matmul_x8_avx512(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1);
 #endif
 
 }  // namespace llm::cpu::kern

@@ -36,12 +36,13 @@ void check_weight(const WeightView& w) {
             dtype_name(w.dtype), static_cast<long long>(w.rows), static_cast<long long>(w.cols));
   LLM_CHECK(w.data != nullptr || w.rows == 0 || w.cols == 0, LLM_ERR_INVALID_ARGUMENT,
             "matmul: null weight data");
-  LLM_CHECK(w.layout == WeightLayout::Rows || (w.layout == WeightLayout::Q4x8 && w.dtype == DType::Q4 && w.group == 32),
+  LLM_CHECK(w.layout == WeightLayout::Rows ||
+                (w.layout == WeightLayout::X8 && ((w.dtype == DType::Q4 && w.group == 32) || w.dtype == DType::Q8)),
             LLM_ERR_INVALID_ARGUMENT, "matmul: layout %u does not hold %s", unsigned(w.layout), dtype_name(w.dtype));
 }
 
-// Rows of w that lie in the Q4x8 groups (the rest lie as Rows puts them).
-int64_t q4x8_rows(const WeightView& w) { return w.layout == WeightLayout::Q4x8 ? w.rows / 8 * 8 : 0; }
+// Rows of w that lie in the X8 groups (the rest lie as Rows puts them).
+int64_t x8_rows(const WeightView& w) { return w.layout == WeightLayout::X8 ? w.rows / 8 * 8 : 0; }
 
 // Rows [r0, r1) of y = x . W^T, dequantizing each row once and applying it to
 // all n activation rows.
@@ -63,13 +64,15 @@ void ref_rows(const WeightView& w, const float* x, int64_t n, float* y, int64_t 
 void dequantize_row(const WeightView& w, int64_t r, float* dst) {
   const uint8_t* src = w.data + size_t(r) * w.row_bytes;
   const int64_t cols = w.cols;
-  if (r < q4x8_rows(w)) {
+  if (r < x8_rows(w)) {
     const uint8_t* g = w.data + size_t(r / 8) * 8 * w.row_bytes;
     const int i = int(r % 8);
+    const bool q8 = w.dtype == DType::Q8;
     for (int64_t b = 0; b < cols / 32; ++b) {
-      const uint8_t* blk = g + size_t(b) * kQ4x8BlockBytes;
+      const uint8_t* blk = g + size_t(b) * x8_block_bytes(w.dtype);
       const float d = f16_to_f32(load_u16(blk + 2 * i));
-      for (int s = 0; s < 4; ++s) {
+      for (int k = 0; q8 && k < 32; ++k) dst[b * 32 + k] = d * float(int8_t(blk[16 + 32 * (k / 4) + 4 * i + k % 4]));
+      for (int s = 0; !q8 && s < 4; ++s) {
         for (int j = 0; j < 4; ++j) {
           const uint8_t byte = blk[16 + 32 * s + 4 * i + j];
           dst[b * 32 + 4 * s + j] = d * float(int(byte & 0x0f) - 8);
@@ -134,39 +137,41 @@ void dequantize_row(const WeightView& w, int64_t r, float* dst) {
   fail(LLM_ERR_INVALID_ARGUMENT, "dequantize_row: unknown dtype %u", unsigned(w.dtype));
 }
 
-bool q4x8_eligible(const WeightView& w) {
-  return w.layout == WeightLayout::Rows && w.dtype == DType::Q4 && w.group == 32 && w.rows >= 8 && w.cols >= 32 &&
-         w.row_bytes == dtype_row_bytes(w.dtype, w.cols, w.group);
+bool x8_eligible(const WeightView& w) {
+  return w.layout == WeightLayout::Rows && ((w.dtype == DType::Q4 && w.group == 32) || w.dtype == DType::Q8) &&
+         w.rows >= 8 && w.cols >= 32 && w.row_bytes == dtype_row_bytes(w.dtype, w.cols, w.group);
 }
 
-bool q4x8_preferred(MatmulMode mode) {
-  return mode == MatmulMode::Fast && use_avx2_kernels();
+bool x8_preferred(DType t, MatmulMode mode) {
+  if (mode != MatmulMode::Fast) return false;
+  return t == DType::Q8 ? use_avx512_kernels() : t == DType::Q4 && use_avx2_kernels();
 }
 
-WeightView repack_q4x8(const WeightView& w, uint8_t* dst, int64_t r0, int64_t r1) {
-  LLM_CHECK(q4x8_eligible(w), LLM_ERR_INVALID_ARGUMENT, "repack_q4x8: %s group %u [%lld, %lld] cannot be interleaved",
+WeightView repack_x8(const WeightView& w, uint8_t* dst, int64_t r0, int64_t r1) {
+  LLM_CHECK(x8_eligible(w), LLM_ERR_INVALID_ARGUMENT, "repack_x8: %s group %u [%lld, %lld] cannot be interleaved",
             dtype_name(w.dtype), w.group, static_cast<long long>(w.rows), static_cast<long long>(w.cols));
   if (r1 < 0) r1 = w.rows;
   LLM_CHECK(0 <= r0 && r0 <= r1 && r1 <= w.rows && r0 % 8 == 0 && (r1 % 8 == 0 || r1 == w.rows),
-            LLM_ERR_INVALID_ARGUMENT, "repack_q4x8: rows [%lld, %lld) are not whole groups", static_cast<long long>(r0),
+            LLM_ERR_INVALID_ARGUMENT, "repack_x8: rows [%lld, %lld) are not whole groups", static_cast<long long>(r0),
             static_cast<long long>(r1));
   const int64_t nb = w.cols / 32, full = std::min(r1, w.rows / 8 * 8);
+  const size_t bb = x8_block_bytes(w.dtype) / 8;  // one stored block: [f16 d][bb - 2 quant bytes]
   for (int64_t g0 = r0; g0 < full; g0 += 8) {
     uint8_t* out = dst + size_t(g0) * w.row_bytes;
     for (int i = 0; i < 8; ++i) {
       const uint8_t* row = w.data + size_t(g0 + i) * w.row_bytes;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = row + b * 18;  // [f16 d][16 bytes]
-        uint8_t* o = out + size_t(b) * kQ4x8BlockBytes;
+        const uint8_t* blk = row + b * bb;
+        uint8_t* o = out + b * 8 * bb;
         std::memcpy(o + 2 * i, blk, 2);
-        for (int s = 0; s < 4; ++s) std::memcpy(o + 16 + 32 * s + 4 * i, blk + 2 + 4 * s, 4);
+        for (size_t k = 0; k < (bb - 2) / 4; ++k) std::memcpy(o + 16 + 32 * k + 4 * i, blk + 2 + 4 * k, 4);
       }
     }
   }
   const int64_t tail = std::max(full, r0);  // plain rows of the range
   std::memcpy(dst + size_t(tail) * w.row_bytes, w.data + size_t(tail) * w.row_bytes, size_t(r1 - tail) * w.row_bytes);
   WeightView v = w;
-  v.layout = WeightLayout::Q4x8;
+  v.layout = WeightLayout::X8;
   v.data = dst;
   return v;
 }
@@ -241,8 +246,9 @@ void matmul_q_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, 
   }
 }
 
-void matmul_q4x8_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+void matmul_x8_scalar(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   const int64_t nb = w.cols / 32;
+  const bool q8 = w.dtype == DType::Q8;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* g = w.data + size_t(r / 8) * 8 * w.row_bytes;
     const int lane = int(r % 8);
@@ -250,17 +256,18 @@ void matmul_q4x8_scalar(const WeightView& w, const QuantX& x, int64_t n, float* 
       const int8_t* xq = x.q + i * x.cols;
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = g + size_t(b) * kQ4x8BlockBytes;
+        const uint8_t* blk = g + size_t(b) * x8_block_bytes(w.dtype);
         const int8_t* xb = xq + b * 32;
         int32_t dot = 0;
-        for (int s = 0; s < 4; ++s) {
+        for (int k = 0; q8 && k < 32; ++k) dot += int32_t(int8_t(blk[16 + 32 * (k / 4) + 4 * lane + k % 4])) * xb[k];
+        for (int s = 0; !q8 && s < 4; ++s) {
           for (int j = 0; j < 4; ++j) {
             const uint8_t byte = blk[16 + 32 * s + 4 * lane + j];
             dot += int32_t(byte & 0x0f) * xb[4 * s + j] + int32_t(byte >> 4) * xb[16 + 4 * s + j];
           }
         }
-        // Both terms are integers below 2^24: the difference is exact.
-        const float v = float(dot) - 8.0f * x.s[i * nb + b];
+        // Q4: both terms are integers below 2^24, so the difference is exact.
+        const float v = q8 ? float(dot) : float(dot) - 8.0f * x.s[i * nb + b];
         acc = std::fma(v, f16_to_f32(load_u16(blk + 2 * lane)) * x.d[i * nb + b], acc);
       }
       y[i * w.rows + r] = acc;
@@ -268,7 +275,7 @@ void matmul_q4x8_scalar(const WeightView& w, const QuantX& x, int64_t n, float* 
   }
 }
 
-void pack_q4x8_x(const QuantX& x, int tile, int64_t t0, int64_t t1, int8_t* q, float* d, float* s) {
+void pack_x8_x(const QuantX& x, int tile, int64_t t0, int64_t t1, int8_t* q, float* d, float* s) {
   const int64_t cols = x.cols, nb = cols / 32;
   for (int64_t t = t0; t < t1; ++t) {
     for (int c = 0; c < tile; ++c) {
@@ -305,7 +312,7 @@ namespace {
 // (the scratch belongs to the calling thread; the workers only read it).
 struct PreparedX {
   bool int8 = false, avx2 = false, avx512 = false;
-  bool q4x8_vnni = false;          // a Q4x8 matrix under the AVX-512 family (x as for AVX2)
+  bool x8_vnni = false;            // an X8 matrix under the AVX-512 family (x as for AVX2)
   kern::QuantX xq;
   const uint8_t* xq512 = nullptr;  // the AVX-512 kernels' quad layout
   bool ggml = false;               // a GGUF block type in Fast mode: gx
@@ -403,10 +410,10 @@ PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode m
   p.avx2 = use_avx2_kernels();
   // The AVX-512 family has no Q4M kernels yet: Q4M takes the AVX2 ones (for
   // decode and prefill alike, so batch invariance holds).
-  // A Q4x8 matrix takes x as the AVX2 kernels do under the AVX-512 family too.
+  // An X8 matrix takes x as the AVX2 kernels do under the AVX-512 family too.
   p.avx512 = use_avx512_kernels() && w.dtype != DType::Q4M && w.layout == WeightLayout::Rows;  // implies avx2
 #if defined(LLM_AVX512_KERNELS)
-  p.q4x8_vnni = use_avx512_kernels() && w.layout == WeightLayout::Q4x8;
+  p.x8_vnni = use_avx512_kernels() && w.layout == WeightLayout::X8;
 #endif
   p.int8 = mode == MatmulMode::Fast && dtype_is_quantized(w.dtype);
 #if defined(LLM_AVX512_KERNELS)
@@ -444,9 +451,9 @@ PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode m
     p.xq.d = scratch.d.data();
     p.xq.s = scratch.s.data();
     p.xq.cols = w.cols;
-    // Q4x8 with whole tiles of x rows for the family's kernels: the tiles too.
-    const int tile = p.q4x8_vnni ? kern::kQ4x8ColsAvx512 : kern::kQ4x8ColsAvx2;
-    if (w.layout == WeightLayout::Q4x8 && p.avx2 && n >= tile) {
+    // X8 with whole tiles of x rows for the family's kernels: the tiles too.
+    const int tile = p.x8_vnni ? kern::kX8ColsAvx512 : kern::kX8ColsAvx2;
+    if (w.layout == WeightLayout::X8 && p.avx2 && n >= tile) {
       thread_local QuantScratch tiles;
       const int64_t nt = n / tile;
       const size_t tq = size_t(nt * tile) * size_t(w.cols);
@@ -459,7 +466,7 @@ PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode m
       int8_t* const tq_out = tiles.q.data();
       float* const td_out = tiles.d.data();
       float* const ts_out = tiles.s.data();
-      over_rows(nt, pool, [&](int64_t t0, int64_t t1) { kern::pack_q4x8_x(p.xq, tile, t0, t1, tq_out, td_out, ts_out); });
+      over_rows(nt, pool, [&](int64_t t0, int64_t t1) { kern::pack_x8_x(p.xq, tile, t0, t1, tq_out, td_out, ts_out); });
       p.xq.tile = tile;
       p.xq.tq = tiles.q.data();
       p.xq.td = tiles.d.data();
@@ -482,7 +489,7 @@ void run_rows(const WeightView& w, const PreparedX& p, const float* x, int64_t n
 #endif
     return kern::matmul_ggml_scalar(w, p.gx, n, y, r0, r1);
   }
-  if (w.layout == WeightLayout::Q4x8 && !p.int8) {  // Reference mode: the portable rows (no repack is made for it)
+  if (w.layout == WeightLayout::X8 && !p.int8) {  // Reference mode: the portable rows (no repack is made for it)
     thread_local std::vector<float> row;
     if (row.size() < size_t(w.cols)) row.resize(size_t(w.cols));
     return ref_rows(w, x, n, y, r0, r1, row.data());
@@ -497,9 +504,9 @@ void run_rows(const WeightView& w, const PreparedX& p, const float* x, int64_t n
   }
 #endif
 #if defined(LLM_AVX512_KERNELS)
-  if (p.q4x8_vnni && p.int8) {  // the groups here, the plain tail rows as AVX2 does them
-    const int64_t full = q4x8_rows(w);
-    if (r0 < full) kern::matmul_q4x8_avx512(w, p.xq, n, y, r0, std::min(r1, full));
+  if (p.x8_vnni && p.int8) {  // the groups here, the plain tail rows as AVX2 does them
+    const int64_t full = x8_rows(w);
+    if (r0 < full) kern::matmul_x8_avx512(w, p.xq, n, y, r0, std::min(r1, full));
     if (r1 > full) kern::matmul_q_avx2(w, p.xq, n, y, std::max(r0, full), r1);
     return;
   }
@@ -514,8 +521,8 @@ void run_rows(const WeightView& w, const PreparedX& p, const float* x, int64_t n
   }
 #endif
   if (p.int8) {
-    const int64_t full = q4x8_rows(w);
-    if (r0 < full) kern::matmul_q4x8_scalar(w, p.xq, n, y, r0, std::min(r1, full));
+    const int64_t full = x8_rows(w);
+    if (r0 < full) kern::matmul_x8_scalar(w, p.xq, n, y, r0, std::min(r1, full));
     if (r1 > full) kern::matmul_q_scalar(w, p.xq, n, y, std::max(r0, full), r1);
   } else {
     thread_local std::vector<float> row;

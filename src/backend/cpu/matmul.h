@@ -20,14 +20,16 @@ namespace llm::cpu {
 
 // How a matrix's rows lie in memory.
 //   Rows: row r at data + r * row_bytes (every dtype; what files hold).
-//   Q4x8: Q4 group 32 (GGUF Q4_0) rows interleaved by 8 at load for the AVX2
-//         and AVX-512 integer kernels (repack_q4x8). Group g of rows 8g..8g+7 takes the
-//         same 8 * row_bytes bytes at data + 8g * row_bytes; its block b is
-//         kQ4x8BlockBytes at b * kQ4x8BlockBytes: the 8 rows' f16 scales,
-//         then for s = 0..3 the 8 rows' quant bytes 4s..4s+3 (row i's at 16 +
-//         32 s + 4 i). The last rows % 8 rows stay as Rows puts them.
-enum class WeightLayout : uint8_t { Rows, Q4x8 };
-constexpr size_t kQ4x8BlockBytes = 8 * 18;
+//   X8:   Q4 group 32 (GGUF Q4_0) or Q8 (GGUF Q8_0) rows interleaved by 8 at
+//         load for the AVX2 and AVX-512 integer kernels (repack_x8). Group g
+//         of rows 8g..8g+7 takes the same 8 * row_bytes bytes at data + 8g *
+//         row_bytes; its block b is x8_block_bytes(dtype) = 8 stored blocks
+//         at b * that: the 8 rows' f16 scales, then the rows' quant bytes in
+//         dwords, dword k of row i at 16 + 32 k + 4 i (Q4: k = 0..3, the
+//         nibble bytes 4k..4k+3; Q8: k = 0..7, values 4k..4k+3). The last
+//         rows % 8 rows stay as Rows puts them.
+enum class WeightLayout : uint8_t { Rows, X8 };
+constexpr size_t x8_block_bytes(DType t) { return t == DType::Q8 ? 8 * 34 : 8 * 18; }
 
 struct WeightView {
   DType dtype = DType::F32;
@@ -61,19 +63,20 @@ void matmul_ref(const WeightView& w, const float* x, int64_t n, float* y);
 // Dequantizes row r of w into dst[cols] (f32), whatever its layout.
 void dequantize_row(const WeightView& w, int64_t r, float* dst);
 
-// The Q4x8 layout: whether w (Rows) can take it, and whether the kernels
-// that run now want it (Fast mode with the AVX2 or AVX-512 family: their
-// integer kernels then keep one row per 32-bit lane, with no horizontal
-// sums; the portable family gains nothing). The choice is made at load, for
-// the model's lifetime; every family still computes a Q4x8 matrix, to the
-// same bits (the layout picks the kernels, the cap only which of them).
-bool q4x8_eligible(const WeightView& w);
-bool q4x8_preferred(MatmulMode mode);
+// The X8 layout: whether w (Rows) can take it, and whether the kernels that
+// run now want it for dtype t (Fast mode with the AVX2 or AVX-512 family for
+// Q4 group 32, the AVX-512 one for Q8: their integer kernels then keep one
+// row per 32-bit lane, with no horizontal sums; the portable family gains
+// nothing). The choice is made at load, for the model's lifetime; every
+// family still computes an X8 matrix, to the same bits (the layout picks the
+// kernels, the cap only which of them).
+bool x8_eligible(const WeightView& w);
+bool x8_preferred(DType t, MatmulMode mode);
 // Writes w (Rows, eligible) to dst (w.rows * w.row_bytes bytes, not
-// overlapping w.data) in the Q4x8 layout and returns the view of dst. A
+// overlapping w.data) in the X8 layout and returns the view of dst. A
 // permutation of the bytes: every value and scale is kept. Rows [r0, r1)
 // only, when given (r0 a multiple of 8; r1 too, or w.rows), so that threads
 // can share the work.
-WeightView repack_q4x8(const WeightView& w, uint8_t* dst, int64_t r0 = 0, int64_t r1 = -1);
+WeightView repack_x8(const WeightView& w, uint8_t* dst, int64_t r0 = 0, int64_t r1 = -1);
 
 }  // namespace llm::cpu

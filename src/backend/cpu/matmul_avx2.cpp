@@ -10,9 +10,9 @@
 //                         (~7 vector ops per 32-value block and row);
 //       prefill (n > 1):  4 W rows x 4 x rows per tile; the W tile stays in
 //                         L1 while all x rows pass, so W is read once.
-//     Q4 group 32 in the Q4x8 layout (matmul.h; made at load when this is
-//     the family in use) takes its own kernel, one row per 32-bit lane, for
-//     decode and prefill alike (q4x8_matmul).
+//     Q4 group 32 and Q8 in the X8 layout (matmul.h; made at load) take
+//     their own kernels, one row per 32-bit lane, for decode and prefill
+//     alike (x8_matmul).
 //   * matmul_f_avx2 (f32 accumulation of exactly dequantized weights): F32,
 //     F16, BF16 in both modes, Q8/Q4 in Reference mode.
 //       decode:  one row at a time (one sequential stream), 4 partial sums;
@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm_kernels.h"
-#include "backend/cpu/q4x8_kernels.h"
+#include "backend/cpu/x8_kernels.h"
 #include "quant/quant.h"
 
 namespace llm::cpu::kern {
@@ -437,7 +437,7 @@ void q_matmul(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t
 }
 
 // ---------------------------------------------------------------------------
-// Q4x8 (matmul.h): Q4 group-32 rows interleaved by 8 at load. One 32-byte
+// X8 (matmul.h), Q4: Q4 group-32 rows interleaved by 8 at load. One 32-byte
 // load of a block holds quant bytes 4s..4s+3 of all 8 rows, so 32-bit lane i
 // is row i throughout: its low nibbles are values 4s..4s+3, its high nibbles
 // values 16+4s..19+4s, and the x values they meet are one broadcast dword
@@ -449,7 +449,7 @@ void q_matmul(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t
 // are a vector of the 8 rows' d times a broadcast d_x, and no horizontal sum
 // is left for the end. W work (load, nibble split) is shared by the C x rows
 // of a tile; with C = 4 a tile keeps its 4 accumulators and 4 int16 sums in
-// registers. The portable matmul_q4x8_scalar does the same operations per
+// registers. The portable matmul_x8_scalar does the same operations per
 // row, so decode, prefill and the two families agree bit for bit.
 
 inline __m256i broadcast_i32(const int8_t* p) {
@@ -459,7 +459,7 @@ inline __m256i broadcast_i32(const int8_t* p) {
 }
 
 // acc[c] (lane i: row i of the group at g) over blocks [b0, b1) for the C x
-// rows of a tile in the layout of pack_q4x8_x (C == 1: x's own).
+// rows of a tile in the layout of pack_x8_x (C == 1: x's own).
 // Prefetch: decode streams W from memory, and one stream of 144-byte blocks
 // is too slow to ramp the hardware prefetcher up; it then also touches the
 // lines kPrefetchBytes ahead (only a hint).
@@ -470,8 +470,8 @@ inline void q4x8_blocks(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* 
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256 eight = _mm256_set1_ps(8.0f);
   for (int64_t b = b0; b < b1; ++b) {
-    const uint8_t* blk = g + size_t(b) * kQ4x8BlockBytes;
-    if constexpr (Prefetch) prefetch_span<kQ4x8BlockBytes>(blk + kPrefetchBytes);
+    const uint8_t* blk = g + size_t(b) * x8_block_bytes(DType::Q4);
+    if constexpr (Prefetch) prefetch_span<x8_block_bytes(DType::Q4)>(blk + kPrefetchBytes);
     const int8_t* xb = xq + b * 32 * C;
     __m256i p16[C];
     LLM_UNROLL for (int s = 0; s < 4; ++s) {
@@ -494,12 +494,46 @@ inline void q4x8_blocks(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* 
   }
 }
 
-struct Q4x8Avx2 {
-  static constexpr int kCols = kQ4x8ColsAvx2;
+// Q8 (X8 layout, the AVX-512 family's choice; this runs it under a lower
+// cap): 8 steps of 4 values, vpmaddubsw on |w| and x with w's sign (pairs
+// within 2 * 128 * 127), vpmaddwd and int32 sums per step. No offset: the
+// block dot is the stored values'.
+template <int C, bool Prefetch>
+inline void q8x8_blocks(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* xq, const float* xd, const float* xs,
+                        __m256 (&acc)[C]) {
+  (void)xs;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint8_t* blk = g + size_t(b) * x8_block_bytes(DType::Q8);
+    if constexpr (Prefetch) prefetch_span<x8_block_bytes(DType::Q8)>(blk + kPrefetchBytes);
+    const int8_t* xb = xq + b * 32 * C;
+    __m256i p32[C];
+    LLM_UNROLL for (int k = 0; k < 8; ++k) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * k));
+      const __m256i aw = _mm256_sign_epi8(wv, wv);
+      LLM_UNROLL for (int c = 0; c < C; ++c) {
+        const __m256i t = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(aw, _mm256_sign_epi8(broadcast_i32(xb + (k * C + c) * 4), wv)), ones);
+        p32[c] = k == 0 ? t : _mm256_add_epi32(p32[c], t);
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    LLM_UNROLL for (int c = 0; c < C; ++c)
+      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32[c]), _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + b * C + c)),
+                               acc[c]);
+  }
+}
+
+template <DType T>
+struct X8Avx2 {
+  static constexpr int kCols = kX8ColsAvx2;
   template <int C, bool Prefetch>
   static void run(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* xq, const float* xd, const float* xs,
                   __m256 (&acc)[C]) {
-    q4x8_blocks<C, Prefetch>(g, b0, b1, xq, xd, xs, acc);
+    if constexpr (T == DType::Q8)
+      q8x8_blocks<C, Prefetch>(g, b0, b1, xq, xd, xs, acc);
+    else
+      q4x8_blocks<C, Prefetch>(g, b0, b1, xq, xd, xs, acc);
   }
 };
 
@@ -795,10 +829,21 @@ void quantize_x_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* 
 
 void matmul_q_avx2(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0,
                    int64_t r1) {
-  if (w.layout == WeightLayout::Q4x8) {  // x in the plain layout
+  if (w.layout == WeightLayout::X8) {  // x in the plain layout
     const int64_t full = w.rows / 8 * 8;
-    if (r0 < full) q4x8_matmul<Q4x8Avx2>(w, x, n, y, r0, std::min(r1, full));
-    if (r1 > full) q_matmul<32, false, false>(w, x, n, y, std::max(r0, full), r1);
+    const bool q8 = w.dtype == DType::Q8;
+    if (r0 < full) {
+      if (q8)
+        x8_matmul<X8Avx2<DType::Q8>>(w, x, n, y, r0, std::min(r1, full));
+      else
+        x8_matmul<X8Avx2<DType::Q4>>(w, x, n, y, r0, std::min(r1, full));
+    }
+    if (r1 > full) {
+      if (q8)
+        q_matmul<0>(w, x, n, y, std::max(r0, full), r1);
+      else
+        q_matmul<32, false, false>(w, x, n, y, std::max(r0, full), r1);
+    }
     return;
   }
   if (w.dtype == DType::Q8) {

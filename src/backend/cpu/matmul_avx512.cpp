@@ -20,9 +20,9 @@
 //       prefill (n > 1):  4 W rows x 4 x rows per tile; x rows are taken in
 //                         blocks that stay in L2 while every W tile (L1)
 //                         passes over them.
-//     Q4 group 32 in the Q4x8 layout (matmul.h; made at load) takes its own
-//     kernel instead, one row per 32-bit lane, 16 rows x 8 x rows per tile,
-//     for decode and prefill alike (matmul_q4x8_avx512).
+//     Q4 group 32 and Q8 in the X8 layout (matmul.h; made at load) take
+//     their own kernels instead, one row per 32-bit lane, 16 rows x 8 x rows
+//     per tile, for decode and prefill alike (matmul_x8_avx512).
 //   * matmul_f_avx512 (f32 accumulation of exactly dequantized weights):
 //     F32, F16, BF16 in both modes, Q8/Q4 in Reference mode.
 //       decode:  one row at a time (one sequential stream, prefetched), 2
@@ -67,7 +67,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm_kernels.h"
-#include "backend/cpu/q4x8_kernels.h"  // kQ4x8KBlocks, kQ4x8SmallBatch
+#include "backend/cpu/x8_kernels.h"  // kX8KBlocks, kX8SmallBatch
 #include "quant/quant.h"
 
 namespace llm::cpu::kern {
@@ -699,12 +699,12 @@ void dequant_segment(const WeightView& w, const uint8_t* row, int64_t k0, int64_
   }
 }
 
-// Q4x8 (matmul.h): the AVX2 kernel's lane per row (q4x8_kernels.h) on
+// X8 (matmul.h), Q4: the AVX2 kernel's lane per row (x8_kernels.h) on
 // 512-bit registers, two 8-row groups at a time (lanes 0-7: the group at ga,
 // 8-15: the one at gb), with vpdpbusd taking the int32 dot in place of
 // vpmaddubsw, the int16 sums and vpmaddwd. Each broadcast x dword now meets
 // 16 rows. The low and high nibbles keep a sum each (two chains of 4); with
-// 32 registers a tile holds 8 x rows (x in the layout of pack_q4x8_x). The
+// 32 registers a tile holds 8 x rows (x in the layout of pack_x8_x). The
 // integer dot is the same exact number and the float steps the same
 // operations, so the bits are the AVX2 kernel's and the portable one's.
 template <int C, bool Prefetch>
@@ -713,11 +713,11 @@ inline void q4x16_blocks(const uint8_t* ga, const uint8_t* gb, int64_t b0, int64
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const __m512 eight = _mm512_set1_ps(8.0f);
   for (int64_t b = b0; b < b1; ++b) {
-    const uint8_t* pa = ga + size_t(b) * kQ4x8BlockBytes;
-    const uint8_t* pb = gb + size_t(b) * kQ4x8BlockBytes;
+    const uint8_t* pa = ga + size_t(b) * x8_block_bytes(DType::Q4);
+    const uint8_t* pb = gb + size_t(b) * x8_block_bytes(DType::Q4);
     if constexpr (Prefetch) {
-      prefetch_span<kQ4x8BlockBytes>(pa + kPrefetchBytes);
-      prefetch_span<kQ4x8BlockBytes>(pb + kPrefetchBytes);
+      prefetch_span<x8_block_bytes(DType::Q4)>(pa + kPrefetchBytes);
+      prefetch_span<x8_block_bytes(DType::Q4)>(pb + kPrefetchBytes);
     }
     const int8_t* xb = xq + b * 32 * C;
     __m512i dlo[C], dhi[C];
@@ -747,16 +747,60 @@ inline void q4x16_blocks(const uint8_t* ga, const uint8_t* gb, int64_t b0, int64
   }
 }
 
+// X8, Q8: the same with 8 steps of 4 values and no nibbles. vpdpbusd wants
+// one unsigned operand: w XOR 0x80 = w + 128, so the sum is dot + 128 * s_x,
+// and the exact dot is that minus 128 * s_x (integers below 2^24).
+template <int C, bool Prefetch>
+inline void q8x16_blocks(const uint8_t* ga, const uint8_t* gb, int64_t b0, int64_t b1, const int8_t* xq,
+                         const float* xd, const float* xs, __m512 (&acc)[C]) {
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  const __m512 k128 = _mm512_set1_ps(128.0f);
+  for (int64_t b = b0; b < b1; ++b) {
+    const uint8_t* pa = ga + size_t(b) * x8_block_bytes(DType::Q8);
+    const uint8_t* pb = gb + size_t(b) * x8_block_bytes(DType::Q8);
+    if constexpr (Prefetch) {
+      prefetch_span<x8_block_bytes(DType::Q8)>(pa + kPrefetchBytes);
+      prefetch_span<x8_block_bytes(DType::Q8)>(pb + kPrefetchBytes);
+    }
+    const int8_t* xb = xq + b * 32 * C;
+    __m512i d0[C], d1[C];  // even and odd steps: two chains of 4
+    LLM_UNROLL for (int c = 0; c < C; ++c) d0[c] = d1[c] = _mm512_setzero_si512();
+    LLM_UNROLL for (int k = 0; k < 8; ++k) {
+      const __m512i u = _mm512_xor_si512(
+          _mm512_inserti64x4(
+              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 16 + 32 * k))),
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 16 + 32 * k)), 1),
+          flip);
+      LLM_UNROLL for (int c = 0; c < C; ++c) {
+        int32_t xv;
+        std::memcpy(&xv, xb + (k * C + c) * 4, 4);
+        if (k % 2 == 0)
+          d0[c] = _mm512_dpbusd_epi32(d0[c], u, _mm512_set1_epi32(xv));
+        else
+          d1[c] = _mm512_dpbusd_epi32(d1[c], u, _mm512_set1_epi32(xv));
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb)), 1));
+    LLM_UNROLL for (int c = 0; c < C; ++c) {
+      const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(d0[c], d1[c]));
+      const __m512 v = _mm512_fnmadd_ps(_mm512_set1_ps(xs[b * C + c]), k128, sum);  // exact
+      acc[c] = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(xd[b * C + c])), acc[c]);
+    }
+  }
+}
+
 }  // namespace
 
-// The loop nest of q4x8_kernels.h on units of 16 rows: lanes outside [r0,
+// The loop nest of x8_kernels.h on units of 16 rows: lanes outside [r0,
 // r1) (a group shared with another thread, a missing second group) are
 // masked off every load and store of y, where the running sums wait between
 // K chunks.
-void matmul_q4x8_avx512(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
-  constexpr int kCols = kQ4x8ColsAvx512;
+void matmul_x8_avx512(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  constexpr int kCols = kX8ColsAvx512;
   const int64_t nb = w.cols / 32, full = w.rows / 8 * 8;
-  const int64_t kb = n >= 2 * kCols ? kQ4x8KBlocks : nb;
+  const int64_t kb = n >= 2 * kCols ? kX8KBlocks : nb;
   const bool tiles = x.tile == kCols;  // else every x row alone (same bits)
   for (int64_t u0 = r0 / 8 * 8; u0 < r1; u0 += 16) {
     const uint8_t* ga = w.data + size_t(u0) * w.row_bytes;
@@ -775,10 +819,17 @@ void matmul_q4x8_avx512(const WeightView& w, const QuantX& x, int64_t n, float* 
         const int8_t* xq = (tiled ? x.tq : x.q) + c0 * x.cols;
         const float* xd = (tiled ? x.td : x.d) + c0 * nb;
         const float* xs = (tiled ? x.ts : x.s) + c0 * nb;
-        if (n <= kQ4x8SmallBatch)
+        const bool stream = n <= kX8SmallBatch;
+        if (w.dtype == DType::Q8) {
+          if (stream)
+            q8x16_blocks<C, true>(ga, gb, b0, b1, xq, xd, xs, acc);
+          else
+            q8x16_blocks<C, false>(ga, gb, b0, b1, xq, xd, xs, acc);
+        } else if (stream) {
           q4x16_blocks<C, true>(ga, gb, b0, b1, xq, xd, xs, acc);
-        else
+        } else {
           q4x16_blocks<C, false>(ga, gb, b0, b1, xq, xd, xs, acc);
+        }
         LLM_UNROLL for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + (c0 + c) * w.rows + u0, m, acc[c]);
       };
       int64_t c0 = 0;
