@@ -123,8 +123,8 @@ typedef void (*llm_log_fn)(llm_log_level level, const char *message, void *user_
 #define LLM_LOAD_NO_HUGE_PAGES 4u  /* CPU on Linux: compute on the weights where the file reader left
                                       them (the file mapping or decompressed buffers) instead of a copy
                                       on transparent huge pages, in the file's row layout. Less memory
-                                      while loading, slower decode, and slower Q4_0/Q8_0 prefill with
-                                      the AVX2/AVX-512 kernels (see docs/PERFORMANCE.md). No effect
+                                      while loading, slower decode, and slower Q4_0 prefill with the
+                                      AVX2/AVX-512 kernels (see docs/PERFORMANCE.md). No effect
                                       elsewhere. */
 
 typedef struct llm_load_params {

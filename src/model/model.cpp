@@ -343,8 +343,8 @@ static uint64_t available_memory_bytes() {
 // the copy replaces are then given back: decompressed buffers are freed and
 // the file mapping's pages dropped (the kernel may still cache the file).
 //
-// The copy is also where Q4_0 and Q8_0 matrices take the X8 layout when the
-// kernels that run want it (cpu::x8_preferred, backend/cpu/matmul.h: 1.4-1.8x
+// The copy is also where Q4_0 matrices take the X8 layout when the kernels
+// that run want it (cpu::x8_preferred, backend/cpu/matmul.h: 1.4-1.8x
 // faster prefill); for that it is made even without huge pages. Same bytes,
 // permuted: no memory is added.
 void Model::move_weights_to_huge_pages() {

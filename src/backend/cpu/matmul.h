@@ -65,9 +65,9 @@ void dequantize_row(const WeightView& w, int64_t r, float* dst);
 
 // The X8 layout: whether w (Rows) can take it, and whether the kernels that
 // run now want it for dtype t (Fast mode with the AVX2 or AVX-512 family for
-// Q4 group 32, the AVX-512 one for Q8: their integer kernels then keep one
-// row per 32-bit lane, with no horizontal sums; the portable family gains
-// nothing). The choice is made at load, for the model's lifetime; every
+// Q4 group 32: their integer kernels then keep one row per 32-bit lane, with
+// no horizontal sums; the portable family gains nothing; Q8 not yet, see
+// matmul.cpp). The choice is made at load, for the model's lifetime; every
 // family still computes an X8 matrix, to the same bits (the layout picks the
 // kernels, the cap only which of them).
 bool x8_eligible(const WeightView& w);
