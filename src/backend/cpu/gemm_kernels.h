@@ -41,6 +41,14 @@ struct QuantX {
 // x rows per tile of the X8 kernels: AVX2 (16 ymm registers), AVX-512.
 constexpr int kX8ColsAvx2 = 4;
 constexpr int kX8ColsAvx512 = 8;
+// Blocks per K chunk of an X8 prefill: a group's chunk (8 * 2048 / 32 * 144
+// bytes = 9 KiB for Q4) stays in L1 while every x row passes over it; the
+// running sums wait in y between chunks (exact f32 round trips: the order
+// per output is that of one pass).
+constexpr int64_t kX8KBlocks = 64;
+// Up to this many x rows an X8 matrix streams from memory (decode, batched
+// decode): its kernels prefetch.
+constexpr int64_t kX8SmallBatch = 16;
 
 // Tiles t of `tile` rows of x (rows [t * tile, (t + 1) * tile) of x.q/d/s)
 // for t in [t0, t1), in the layout the X8 kernels read: tile t at q + t *
@@ -140,6 +148,9 @@ void quantize_x_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* 
 inline bool q_pair_layout(const WeightView& w) {
   return w.dtype == DType::Q4 && w.group == 32 && w.layout == WeightLayout::Rows;
 }
+// Rows [r0, r1) of an X8 matrix inside its 8-row groups, x plain (and its
+// tiles, pack_x8_x): the same bits as matmul_x8_scalar.
+void matmul_x8_avx2(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1);
 // Fast mode, Q8/Q4 weights: integer block dots against quantized activations.
 void matmul_q_avx2(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0,
                    int64_t r1);
@@ -166,8 +177,7 @@ void matmul_q_avx512(const WeightView& w, const uint8_t* xq, int64_t n, float* y
 void matmul_f_avx512(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0,
                      int64_t r1);
 // Rows [r0, r1) of an X8 matrix inside its 8-row groups, x as for
-// matmul_q_avx2 (plain layout): the same bits as the AVX2 and portable
-// kernels (x8_kernels.h).
+// matmul_x8_avx2: the same bits as the AVX2 and portable kernels.
 void matmul_x8_avx512(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1);
 #endif
 

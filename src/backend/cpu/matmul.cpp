@@ -471,12 +471,19 @@ PreparedX prepare_x(const WeightView& w, const float* x, int64_t n, MatmulMode m
       float* const ts_out = tiles.s.data();
       over_rows(nt, pool, [&](int64_t t0, int64_t t1) { kern::pack_x8_x(p.xq, tile, t0, t1, tq_out, td_out, ts_out); });
       p.xq.tile = tile;
-      p.xq.tq = tiles.q.data();
-      p.xq.td = tiles.d.data();
-      p.xq.ts = tiles.s.data();
+      p.xq.tq = tq_out;
+      p.xq.td = td_out;
+      p.xq.ts = ts_out;
     }
   }
   return p;
+}
+
+// ref_rows with the calling thread's row buffer.
+void ref_rows_scratch(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  thread_local std::vector<float> row;
+  if (row.size() < size_t(w.cols)) row.resize(size_t(w.cols));
+  ref_rows(w, x, n, y, r0, r1, row.data());
 }
 
 // W rows [r0, r1) for every x row. Each output is computed whole by one call,
@@ -492,10 +499,28 @@ void run_rows(const WeightView& w, const PreparedX& p, const float* x, int64_t n
 #endif
     return kern::matmul_ggml_scalar(w, p.gx, n, y, r0, r1);
   }
-  if (w.layout == WeightLayout::X8 && !p.int8) {  // Reference mode: the portable rows (no repack is made for it)
-    thread_local std::vector<float> row;
-    if (row.size() < size_t(w.cols)) row.resize(size_t(w.cols));
-    return ref_rows(w, x, n, y, r0, r1, row.data());
+  if (w.layout == WeightLayout::X8) {
+    if (!p.int8) return ref_rows_scratch(w, x, n, y, r0, r1);  // Reference mode (no repack is made for it)
+    // The 8-row groups take the family's X8 kernel, the plain tail rows its
+    // row kernel (x is plain: q_pair_layout is false for X8).
+    const int64_t full = x8_rows(w), g1 = std::min(r1, full), t0 = std::max(r0, full);
+#if defined(__x86_64__) || defined(_M_X64)
+    if (p.avx2) {
+      if (r0 < g1) {
+#if defined(LLM_AVX512_KERNELS)
+        if (p.x8_vnni)
+          kern::matmul_x8_avx512(w, p.xq, n, y, r0, g1);
+        else
+#endif
+          kern::matmul_x8_avx2(w, p.xq, n, y, r0, g1);
+      }
+      if (t0 < r1) kern::matmul_q_avx2(w, p.xq, n, y, t0, r1);
+      return;
+    }
+#endif
+    if (r0 < g1) kern::matmul_x8_scalar(w, p.xq, n, y, r0, g1);
+    if (t0 < r1) kern::matmul_q_scalar(w, p.xq, n, y, t0, r1);
+    return;
   }
 #if defined(LLM_AVX512_KERNELS)
   if (p.avx512) {
@@ -503,14 +528,6 @@ void run_rows(const WeightView& w, const PreparedX& p, const float* x, int64_t n
       kern::matmul_q_avx512(w, p.xq512, n, y, r0, r1);
     else
       kern::matmul_f_avx512(w, x, n, y, r0, r1);
-    return;
-  }
-#endif
-#if defined(LLM_AVX512_KERNELS)
-  if (p.x8_vnni && p.int8) {  // the groups here, the plain tail rows as AVX2 does them
-    const int64_t full = x8_rows(w);
-    if (r0 < full) kern::matmul_x8_avx512(w, p.xq, n, y, r0, std::min(r1, full));
-    if (r1 > full) kern::matmul_q_avx2(w, p.xq, n, y, std::max(r0, full), r1);
     return;
   }
 #endif
@@ -524,13 +541,9 @@ void run_rows(const WeightView& w, const PreparedX& p, const float* x, int64_t n
   }
 #endif
   if (p.int8) {
-    const int64_t full = x8_rows(w);
-    if (r0 < full) kern::matmul_x8_scalar(w, p.xq, n, y, r0, std::min(r1, full));
-    if (r1 > full) kern::matmul_q_scalar(w, p.xq, n, y, std::max(r0, full), r1);
+    kern::matmul_q_scalar(w, p.xq, n, y, r0, r1);
   } else {
-    thread_local std::vector<float> row;
-    if (row.size() < size_t(w.cols)) row.resize(size_t(w.cols));
-    ref_rows(w, x, n, y, r0, r1, row.data());
+    ref_rows_scratch(w, x, n, y, r0, r1);
   }
 }
 

@@ -12,7 +12,7 @@
 //                         L1 while all x rows pass, so W is read once.
 //     Q4 group 32 and Q8 in the X8 layout (matmul.h; made at load) take
 //     their own kernels, one row per 32-bit lane, for decode and prefill
-//     alike (x8_matmul).
+//     alike (matmul_x8_avx2).
 //   * matmul_f_avx2 (f32 accumulation of exactly dequantized weights): F32,
 //     F16, BF16 in both modes, Q8/Q4 in Reference mode.
 //       decode:  one row at a time (one sequential stream), 4 partial sums;
@@ -32,7 +32,6 @@
 #include <vector>
 
 #include "backend/cpu/gemm_kernels.h"
-#include "backend/cpu/x8_kernels.h"
 #include "quant/quant.h"
 
 namespace llm::cpu::kern {
@@ -460,82 +459,106 @@ inline __m256i broadcast_i32(const int8_t* p) {
 
 // acc[c] (lane i: row i of the group at g) over blocks [b0, b1) for the C x
 // rows of a tile in the layout of pack_x8_x (C == 1: x's own).
-// Prefetch: decode streams W from memory, and one stream of 144-byte blocks
-// is too slow to ramp the hardware prefetcher up; it then also touches the
-// lines kPrefetchBytes ahead (only a hint).
-template <int C, bool Prefetch>
-inline void q4x8_blocks(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* xq, const float* xd, const float* xs,
-                        __m256 (&acc)[C]) {
+// Q8 (X8 only under a lowered cap or in tests, matmul.cpp): 8 steps of 4
+// values, vpmaddubsw on |w| and x with w's sign (pairs within 2 * 128 *
+// 127), vpmaddwd and int32 sums per step; its dot needs no offset.
+// Prefetch: decode streams W from memory, and one stream of blocks is too
+// slow to ramp the hardware prefetcher up; it then also touches the lines
+// kPrefetchBytes ahead (only a hint).
+template <DType T, int C, bool Prefetch>
+inline void x8_blocks(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* xq, const float* xd, const float* xs,
+                      __m256 (&acc)[C]) {
+  constexpr size_t kBlock = x8_block_bytes(T);
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256 eight = _mm256_set1_ps(8.0f);
   for (int64_t b = b0; b < b1; ++b) {
-    const uint8_t* blk = g + size_t(b) * x8_block_bytes(DType::Q4);
-    if constexpr (Prefetch) prefetch_span<x8_block_bytes(DType::Q4)>(blk + kPrefetchBytes);
+    const uint8_t* blk = g + size_t(b) * kBlock;
+    if constexpr (Prefetch) prefetch_span<kBlock>(blk + kPrefetchBytes);
     const int8_t* xb = xq + b * 32 * C;
-    __m256i p16[C];
-    LLM_UNROLL for (int s = 0; s < 4; ++s) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * s));
-      const __m256i lo = _mm256_and_si256(v, m4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-      LLM_UNROLL for (int c = 0; c < C; ++c) {
-        const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(xb + (s * C + c) * 4)),
-                                           _mm256_maddubs_epi16(hi, broadcast_i32(xb + ((4 + s) * C + c) * 4)));
-        p16[c] = s == 0 ? t : _mm256_add_epi16(p16[c], t);
+    __m256i dot[C];  // exact int32 block dots (Q4: of the nibbles)
+    if constexpr (T == DType::Q4) {
+      __m256i p16[C];
+      LLM_UNROLL for (int s = 0; s < 4; ++s) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * s));
+        const __m256i lo = _mm256_and_si256(v, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        LLM_UNROLL for (int c = 0; c < C; ++c) {
+          const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(xb + (s * C + c) * 4)),
+                                             _mm256_maddubs_epi16(hi, broadcast_i32(xb + ((4 + s) * C + c) * 4)));
+          p16[c] = s == 0 ? t : _mm256_add_epi16(p16[c], t);
+        }
+      }
+      LLM_UNROLL for (int c = 0; c < C; ++c) dot[c] = _mm256_madd_epi16(p16[c], ones);
+    } else {
+      LLM_UNROLL for (int k = 0; k < 8; ++k) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * k));
+        const __m256i aw = _mm256_sign_epi8(wv, wv);
+        LLM_UNROLL for (int c = 0; c < C; ++c) {
+          const __m256i t = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(aw, _mm256_sign_epi8(broadcast_i32(xb + (k * C + c) * 4), wv)), ones);
+          dot[c] = k == 0 ? t : _mm256_add_epi32(dot[c], t);
+        }
       }
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
     LLM_UNROLL for (int c = 0; c < C; ++c) {
-      const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16[c], ones));
-      // dot - 8 * s_x: integers below 2^24, so exact.
-      const __m256 v = _mm256_fnmadd_ps(_mm256_broadcast_ss(xs + b * C + c), eight, dot);
+      __m256 v = _mm256_cvtepi32_ps(dot[c]);
+      // Q4: dot - 8 * s_x, integers below 2^24, so exact.
+      if constexpr (T == DType::Q4) v = _mm256_fnmadd_ps(_mm256_broadcast_ss(xs + b * C + c), eight, v);
       acc[c] = _mm256_fmadd_ps(v, _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + b * C + c)), acc[c]);
     }
   }
 }
 
-// Q8 (X8 layout, the AVX-512 family's choice; this runs it under a lower
-// cap): 8 steps of 4 values, vpmaddubsw on |w| and x with w's sign (pairs
-// within 2 * 128 * 127), vpmaddwd and int32 sums per step. No offset: the
-// block dot is the stored values'.
-template <int C, bool Prefetch>
-inline void q8x8_blocks(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* xq, const float* xd, const float* xs,
-                        __m256 (&acc)[C]) {
-  (void)xs;
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = b0; b < b1; ++b) {
-    const uint8_t* blk = g + size_t(b) * x8_block_bytes(DType::Q8);
-    if constexpr (Prefetch) prefetch_span<x8_block_bytes(DType::Q8)>(blk + kPrefetchBytes);
-    const int8_t* xb = xq + b * 32 * C;
-    __m256i p32[C];
-    LLM_UNROLL for (int k = 0; k < 8; ++k) {
-      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * k));
-      const __m256i aw = _mm256_sign_epi8(wv, wv);
-      LLM_UNROLL for (int c = 0; c < C; ++c) {
-        const __m256i t = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(aw, _mm256_sign_epi8(broadcast_i32(xb + (k * C + c) * 4), wv)), ones);
-        p32[c] = k == 0 ? t : _mm256_add_epi32(p32[c], t);
-      }
+// Rows [r0, r1) (inside the 8-row groups; r0 a multiple of 4) for n x rows.
+// K is taken in chunks of kX8KBlocks blocks for a prefill, the running sums
+// waiting in y between chunks.
+template <DType T>
+void x8_matmul(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  constexpr int kCols = kX8ColsAvx2;
+  const int64_t nb = w.cols / 32;
+  // Without tiles of this width every x row goes alone (same bits, slower).
+  const bool tiles = x.tile == kCols;
+  const int64_t kb = n >= 2 * kCols ? kX8KBlocks : nb;
+  for (int64_t g0 = r0 / 8 * 8; g0 < r1; g0 += 8) {
+    const uint8_t* g = w.data + size_t(g0) * w.row_bytes;
+    const int lo = int(std::max(r0, g0) - g0), hi = int(std::min(r1, g0 + 8) - g0);
+    // A group shared with another thread's range: one pass, and only this
+    // range's lanes are written.
+    const bool whole = lo == 0 && hi == 8;
+    for (int64_t b0 = 0; b0 < nb; b0 += whole ? kb : nb) {
+      const int64_t b1 = whole ? std::min(nb, b0 + kb) : nb;
+      auto tile = [&](auto cols_tag, int64_t c0) {
+        constexpr int C = decltype(cols_tag)::value;
+        __m256 acc[C];
+        LLM_UNROLL for (int c = 0; c < C; ++c)
+          acc[c] = b0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(y + (c0 + c) * w.rows + g0);
+        const bool tiled = C > 1;  // a whole tile: the packed copy
+        const int8_t* xq = (tiled ? x.tq : x.q) + c0 * x.cols;
+        const float* xd = (tiled ? x.td : x.d) + c0 * nb;
+        const float* xs = (tiled ? x.ts : x.s) + c0 * nb;
+        if (n <= kX8SmallBatch)
+          x8_blocks<T, C, true>(g, b0, b1, xq, xd, xs, acc);
+        else
+          x8_blocks<T, C, false>(g, b0, b1, xq, xd, xs, acc);
+        LLM_UNROLL for (int c = 0; c < C; ++c) {
+          float* yc = y + (c0 + c) * w.rows + g0;
+          if (whole) {
+            _mm256_storeu_ps(yc, acc[c]);
+          } else {
+            alignas(32) float t[8];
+            _mm256_store_ps(t, acc[c]);
+            for (int i = lo; i < hi; ++i) yc[i] = t[i];
+          }
+        }
+      };
+      int64_t c0 = 0;
+      for (; tiles && c0 + kCols <= n; c0 += kCols) tile(std::integral_constant<int, kCols>{}, c0);
+      for (; c0 < n; ++c0) tile(std::integral_constant<int, 1>{}, c0);
     }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
-    LLM_UNROLL for (int c = 0; c < C; ++c)
-      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32[c]), _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + b * C + c)),
-                               acc[c]);
   }
 }
-
-template <DType T>
-struct X8Avx2 {
-  static constexpr int kCols = kX8ColsAvx2;
-  template <int C, bool Prefetch>
-  static void run(const uint8_t* g, int64_t b0, int64_t b1, const int8_t* xq, const float* xd, const float* xs,
-                  __m256 (&acc)[C]) {
-    if constexpr (T == DType::Q8)
-      q8x8_blocks<C, Prefetch>(g, b0, b1, xq, xd, xs, acc);
-    else
-      q4x8_blocks<C, Prefetch>(g, b0, b1, xq, xd, xs, acc);
-  }
-};
 
 // ---------------------------------------------------------------------------
 // f32 tiles: W rows come through a loader that turns 8 stored values at
@@ -829,23 +852,6 @@ void quantize_x_avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* 
 
 void matmul_q_avx2(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0,
                    int64_t r1) {
-  if (w.layout == WeightLayout::X8) {  // x in the plain layout
-    const int64_t full = w.rows / 8 * 8;
-    const bool q8 = w.dtype == DType::Q8;
-    if (r0 < full) {
-      if (q8)
-        x8_matmul<X8Avx2<DType::Q8>>(w, x, n, y, r0, std::min(r1, full));
-      else
-        x8_matmul<X8Avx2<DType::Q4>>(w, x, n, y, r0, std::min(r1, full));
-    }
-    if (r1 > full) {
-      if (q8)
-        q_matmul<0>(w, x, n, y, std::max(r0, full), r1);
-      else
-        q_matmul<32, false, false>(w, x, n, y, std::max(r0, full), r1);
-    }
-    return;
-  }
   if (w.dtype == DType::Q8) {
     q_matmul<0>(w, x, n, y, r0, r1);
   } else if (w.dtype == DType::Q4M) {
@@ -853,12 +859,24 @@ void matmul_q_avx2(const WeightView& w, const QuantX& x, int64_t n, float* y, in
     else if (w.group == 64) q_matmul<64, true>(w, x, n, y, r0, r1);
     else q_matmul<128, true>(w, x, n, y, r0, r1);
   } else if (w.group == 32) {
-    q_matmul<32>(w, x, n, y, r0, r1);
+    // x in the pair layout, or plain where prepare_x made it so (the plain
+    // tail rows of an X8 matrix).
+    if (q_pair_layout(w))
+      q_matmul<32>(w, x, n, y, r0, r1);
+    else
+      q_matmul<32, false, false>(w, x, n, y, r0, r1);
   } else if (w.group == 64) {
     q_matmul<64>(w, x, n, y, r0, r1);
   } else {
     q_matmul<128>(w, x, n, y, r0, r1);
   }
+}
+
+void matmul_x8_avx2(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  if (w.dtype == DType::Q8)
+    x8_matmul<DType::Q8>(w, x, n, y, r0, r1);
+  else
+    x8_matmul<DType::Q4>(w, x, n, y, r0, r1);
 }
 
 void matmul_f_avx2(const WeightView& w, const float* x, int64_t n, float* y, int64_t r0,

@@ -67,7 +67,6 @@
 #include <vector>
 
 #include "backend/cpu/gemm_kernels.h"
-#include "backend/cpu/x8_kernels.h"  // kX8KBlocks, kX8SmallBatch
 #include "quant/quant.h"
 
 namespace llm::cpu::kern {
@@ -699,85 +698,61 @@ void dequant_segment(const WeightView& w, const uint8_t* row, int64_t k0, int64_
   }
 }
 
-// X8 (matmul.h), Q4: the AVX2 kernel's lane per row (x8_kernels.h) on
+// X8 (matmul.h): the AVX2 kernel's lane per row (matmul_avx2.cpp) on
 // 512-bit registers, two 8-row groups at a time (lanes 0-7: the group at ga,
 // 8-15: the one at gb), with vpdpbusd taking the int32 dot in place of
-// vpmaddubsw, the int16 sums and vpmaddwd. Each broadcast x dword now meets
-// 16 rows. The low and high nibbles keep a sum each (two chains of 4); with
-// 32 registers a tile holds 8 x rows (x in the layout of pack_x8_x). The
-// integer dot is the same exact number and the float steps the same
-// operations, so the bits are the AVX2 kernel's and the portable one's.
-template <int C, bool Prefetch>
-inline void q4x16_blocks(const uint8_t* ga, const uint8_t* gb, int64_t b0, int64_t b1, const int8_t* xq,
-                         const float* xd, const float* xs, __m512 (&acc)[C]) {
-  const __m512i m4 = _mm512_set1_epi8(0x0f);
-  const __m512 eight = _mm512_set1_ps(8.0f);
-  for (int64_t b = b0; b < b1; ++b) {
-    const uint8_t* pa = ga + size_t(b) * x8_block_bytes(DType::Q4);
-    const uint8_t* pb = gb + size_t(b) * x8_block_bytes(DType::Q4);
-    if constexpr (Prefetch) {
-      prefetch_span<x8_block_bytes(DType::Q4)>(pa + kPrefetchBytes);
-      prefetch_span<x8_block_bytes(DType::Q4)>(pb + kPrefetchBytes);
-    }
-    const int8_t* xb = xq + b * 32 * C;
-    __m512i dlo[C], dhi[C];
-    LLM_UNROLL for (int c = 0; c < C; ++c) dlo[c] = dhi[c] = _mm512_setzero_si512();
-    LLM_UNROLL for (int s = 0; s < 4; ++s) {
-      const __m512i v = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 16 + 32 * s))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 16 + 32 * s)), 1);
-      const __m512i lo = _mm512_and_si512(v, m4);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-      LLM_UNROLL for (int c = 0; c < C; ++c) {
-        int32_t xl, xh;
-        std::memcpy(&xl, xb + (s * C + c) * 4, 4);
-        std::memcpy(&xh, xb + ((4 + s) * C + c) * 4, 4);
-        dlo[c] = _mm512_dpbusd_epi32(dlo[c], lo, _mm512_set1_epi32(xl));
-        dhi[c] = _mm512_dpbusd_epi32(dhi[c], hi, _mm512_set1_epi32(xh));
-      }
-    }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb)), 1));
-    LLM_UNROLL for (int c = 0; c < C; ++c) {
-      const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(dlo[c], dhi[c]));
-      const __m512 v = _mm512_fnmadd_ps(_mm512_set1_ps(xs[b * C + c]), eight, dot);  // exact
-      acc[c] = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(xd[b * C + c])), acc[c]);
-    }
-  }
+// vpmaddubsw, the int16 sums and vpmaddwd. Each broadcast x dword meets 16
+// rows; with 32 registers a tile holds 8 x rows (x in the layout of
+// pack_x8_x). Two chains of 4 dot steps per x row: Q4 the low and the high
+// nibbles (-8 * s_x comes off at the end); Q8 the even and the odd steps of
+// w XOR 0x80 = w + 128 (vpdpbusd wants one unsigned operand; -128 * s_x
+// comes off). The integer dot is the same exact number and the float steps
+// the same operations, so the bits are the AVX2 kernel's and the portable
+// one's.
+inline __m512i load_pair(const uint8_t* pa, const uint8_t* pb) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa))),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb)), 1);
 }
 
-// X8, Q8: the same with 8 steps of 4 values and no nibbles. vpdpbusd wants
-// one unsigned operand: w XOR 0x80 = w + 128, so the sum is dot + 128 * s_x,
-// and the exact dot is that minus 128 * s_x (integers below 2^24).
-template <int C, bool Prefetch>
-inline void q8x16_blocks(const uint8_t* ga, const uint8_t* gb, int64_t b0, int64_t b1, const int8_t* xq,
-                         const float* xd, const float* xs, __m512 (&acc)[C]) {
+template <DType T, int C, bool Prefetch>
+inline void x16_blocks(const uint8_t* ga, const uint8_t* gb, int64_t b0, int64_t b1, const int8_t* xq,
+                       const float* xd, const float* xs, __m512 (&acc)[C]) {
+  constexpr size_t kBlock = x8_block_bytes(T);
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
   const __m512i flip = _mm512_set1_epi8(char(0x80));
-  const __m512 k128 = _mm512_set1_ps(128.0f);
+  const __m512 offset = _mm512_set1_ps(T == DType::Q4 ? 8.0f : 128.0f);
+  auto xword = [](const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+  };
   for (int64_t b = b0; b < b1; ++b) {
-    const uint8_t* pa = ga + size_t(b) * x8_block_bytes(DType::Q8);
-    const uint8_t* pb = gb + size_t(b) * x8_block_bytes(DType::Q8);
+    const uint8_t* pa = ga + size_t(b) * kBlock;
+    const uint8_t* pb = gb + size_t(b) * kBlock;
     if constexpr (Prefetch) {
-      prefetch_span<x8_block_bytes(DType::Q8)>(pa + kPrefetchBytes);
-      prefetch_span<x8_block_bytes(DType::Q8)>(pb + kPrefetchBytes);
+      prefetch_span<kBlock>(pa + kPrefetchBytes);
+      prefetch_span<kBlock>(pb + kPrefetchBytes);
     }
     const int8_t* xb = xq + b * 32 * C;
-    __m512i d0[C], d1[C];  // even and odd steps: two chains of 4
+    __m512i d0[C], d1[C];
     LLM_UNROLL for (int c = 0; c < C; ++c) d0[c] = d1[c] = _mm512_setzero_si512();
-    LLM_UNROLL for (int k = 0; k < 8; ++k) {
-      const __m512i u = _mm512_xor_si512(
-          _mm512_inserti64x4(
-              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 16 + 32 * k))),
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 16 + 32 * k)), 1),
-          flip);
-      LLM_UNROLL for (int c = 0; c < C; ++c) {
-        int32_t xv;
-        std::memcpy(&xv, xb + (k * C + c) * 4, 4);
-        if (k % 2 == 0)
-          d0[c] = _mm512_dpbusd_epi32(d0[c], u, _mm512_set1_epi32(xv));
-        else
-          d1[c] = _mm512_dpbusd_epi32(d1[c], u, _mm512_set1_epi32(xv));
+    if constexpr (T == DType::Q4) {
+      LLM_UNROLL for (int s = 0; s < 4; ++s) {
+        const __m512i v = load_pair(pa + 16 + 32 * s, pb + 16 + 32 * s);
+        const __m512i lo = _mm512_and_si512(v, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        LLM_UNROLL for (int c = 0; c < C; ++c) {
+          d0[c] = _mm512_dpbusd_epi32(d0[c], lo, xword(xb + (s * C + c) * 4));
+          d1[c] = _mm512_dpbusd_epi32(d1[c], hi, xword(xb + ((4 + s) * C + c) * 4));
+        }
+      }
+    } else {
+      LLM_UNROLL for (int k = 0; k < 8; ++k) {
+        const __m512i u = _mm512_xor_si512(load_pair(pa + 16 + 32 * k, pb + 16 + 32 * k), flip);
+        LLM_UNROLL for (int c = 0; c < C; ++c) {
+          __m512i& d = k % 2 == 0 ? d0[c] : d1[c];
+          d = _mm512_dpbusd_epi32(d, u, xword(xb + (k * C + c) * 4));
+        }
       }
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(
@@ -785,19 +760,18 @@ inline void q8x16_blocks(const uint8_t* ga, const uint8_t* gb, int64_t b0, int64
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb)), 1));
     LLM_UNROLL for (int c = 0; c < C; ++c) {
       const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(d0[c], d1[c]));
-      const __m512 v = _mm512_fnmadd_ps(_mm512_set1_ps(xs[b * C + c]), k128, sum);  // exact
+      const __m512 v = _mm512_fnmadd_ps(_mm512_set1_ps(xs[b * C + c]), offset, sum);  // exact: integers below 2^24
       acc[c] = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(xd[b * C + c])), acc[c]);
     }
   }
 }
 
-}  // namespace
-
-// The loop nest of x8_kernels.h on units of 16 rows: lanes outside [r0,
+// The AVX2 family's X8 loop nest on units of 16 rows: lanes outside [r0,
 // r1) (a group shared with another thread, a missing second group) are
 // masked off every load and store of y, where the running sums wait between
 // K chunks.
-void matmul_x8_avx512(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+template <DType T>
+void x16_matmul(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
   constexpr int kCols = kX8ColsAvx512;
   const int64_t nb = w.cols / 32, full = w.rows / 8 * 8;
   const int64_t kb = n >= 2 * kCols ? kX8KBlocks : nb;
@@ -819,17 +793,10 @@ void matmul_x8_avx512(const WeightView& w, const QuantX& x, int64_t n, float* y,
         const int8_t* xq = (tiled ? x.tq : x.q) + c0 * x.cols;
         const float* xd = (tiled ? x.td : x.d) + c0 * nb;
         const float* xs = (tiled ? x.ts : x.s) + c0 * nb;
-        const bool stream = n <= kX8SmallBatch;
-        if (w.dtype == DType::Q8) {
-          if (stream)
-            q8x16_blocks<C, true>(ga, gb, b0, b1, xq, xd, xs, acc);
-          else
-            q8x16_blocks<C, false>(ga, gb, b0, b1, xq, xd, xs, acc);
-        } else if (stream) {
-          q4x16_blocks<C, true>(ga, gb, b0, b1, xq, xd, xs, acc);
-        } else {
-          q4x16_blocks<C, false>(ga, gb, b0, b1, xq, xd, xs, acc);
-        }
+        if (n <= kX8SmallBatch)
+          x16_blocks<T, C, true>(ga, gb, b0, b1, xq, xd, xs, acc);
+        else
+          x16_blocks<T, C, false>(ga, gb, b0, b1, xq, xd, xs, acc);
         LLM_UNROLL for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + (c0 + c) * w.rows + u0, m, acc[c]);
       };
       int64_t c0 = 0;
@@ -837,6 +804,15 @@ void matmul_x8_avx512(const WeightView& w, const QuantX& x, int64_t n, float* y,
       for (; c0 < n; ++c0) tile(std::integral_constant<int, 1>{}, c0);
     }
   }
+}
+
+}  // namespace
+
+void matmul_x8_avx512(const WeightView& w, const QuantX& x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  if (w.dtype == DType::Q8)
+    x16_matmul<DType::Q8>(w, x, n, y, r0, r1);
+  else
+    x16_matmul<DType::Q4>(w, x, n, y, r0, r1);
 }
 
 void quantize_x_avx512(const float* x, int64_t n, int64_t cols, uint8_t* out, bool q8) {
