@@ -18,6 +18,11 @@
 # default 450 s of work after which remaining benchmarks are reported as
 # skipped), so the script always reaches the summary.
 #
+# Prebuilt mode (LLM_CHECK_PREBUILT=1): LLM_BUILD_DIR holds bin/ and lib/
+# made elsewhere by tests/gpu/pack_prebuilt.sh (the device machine then needs
+# no compiler and none of the build's dependencies); step 1 only checks that
+# every binary finds its libraries.
+#
 # Environment: LLM_BUILD_DIR (default <repo>/build-device), LLM_BENCH_MODELS
 # (default /tmp/llm-device-models; model files are deleted after use),
 # JOBS (default nproc), LLM_CHECK_BUDGET_S, LLM_CUDA_ARCHS (default native),
@@ -53,40 +58,73 @@ else
 fi
 
 # ---------------------------------------------------------------- 1. build
-say "configure (CUDA archs: $ARCHS)"
-if ! timeout 120 cmake -S "$ROOT" -B "$BUILD" -DLLM_CUDA=ON -DLLM_CUDA_ARCHS="$ARCHS" -DCMAKE_BUILD_TYPE=Release \
-    -DLLM_BUILD_BENCH=OFF -DLLM_BUILD_SAMPLES=OFF >"$LOG/configure.log" 2>&1; then
-  tail -20 "$LOG/configure.log"
-  say "FAILED: configure (log: $LOG/configure.log)"
-  exit 1
-fi
-TARGETS=(llm_gpu_tests llm_gpu_cpu_tests llm_gpu_bench llm-convert llm_engine_tests llm_model_tests)
 HAVE_LLM_BENCH=0
-if [[ -f $ROOT/src/cli/llm-bench.cpp ]]; then TARGETS+=(llm-bench); HAVE_LLM_BENCH=1; fi
-say "build ${TARGETS[*]} with $JOBS jobs"
-if ! timeout 300 cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]}" >"$LOG/build.log" 2>&1; then
-  grep -E "error|Error" "$LOG/build.log" | head -30
-  say "FAILED: build (log: $LOG/build.log)"
-  exit 1
+if [[ ${LLM_CHECK_PREBUILT:-0} == 1 ]]; then
+  say "prebuilt binaries in $BUILD/bin"
+  missing=$(for b in "$BUILD"/bin/*; do ldd "$b" 2>&1 | grep "not found" | sed "s|^|$(basename "$b"): |"; done)
+  if [[ -n $missing ]]; then
+    echo "$missing" | sort -u | head -20
+    say "FAILED: prebuilt binaries miss libraries (LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-})"
+    exit 1
+  fi
+  [[ -x $BUILD/bin/llm-bench ]] && HAVE_LLM_BENCH=1
+  add "build: prebuilt ($BUILD)"
+else
+  say "configure (CUDA archs: $ARCHS)"
+  if ! timeout 120 cmake -S "$ROOT" -B "$BUILD" -DLLM_CUDA=ON -DLLM_CUDA_ARCHS="$ARCHS" -DCMAKE_BUILD_TYPE=Release \
+      -DLLM_BUILD_BENCH=OFF -DLLM_BUILD_SAMPLES=OFF >"$LOG/configure.log" 2>&1; then
+    tail -20 "$LOG/configure.log"
+    say "FAILED: configure (log: $LOG/configure.log)"
+    exit 1
+  fi
+  TARGETS=(llm_gpu_tests llm_gpu_cpu_tests llm_gpu_bench llm-convert llm_engine_tests llm_model_tests)
+  if [[ -f $ROOT/src/cli/llm-bench.cpp ]]; then TARGETS+=(llm-bench); HAVE_LLM_BENCH=1; fi
+  say "build ${TARGETS[*]} with $JOBS jobs"
+  if ! timeout 300 cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]}" >"$LOG/build.log" 2>&1; then
+    grep -E "error|Error" "$LOG/build.log" | head -30
+    say "FAILED: build (log: $LOG/build.log)"
+    exit 1
+  fi
+  add "build: OK ($(elapsed) s, CUDA archs $ARCHS)"
 fi
-add "build: OK ($(elapsed) s, CUDA archs $ARCHS)"
+mkdir -p "$BUILD/test-tmp"
 
 # ---------------------------------------------------------------- 2. tests
-say "GPU tests (ctest -L cuda)"
-timeout 240 ctest --test-dir "$BUILD" -L cuda --output-on-failure -j4 --timeout 180 >"$LOG/ctest-cuda.log" 2>&1
-rc=$?
-line=$(grep -E "tests passed|tests failed" "$LOG/ctest-cuda.log" | tail -1)
-skipped=$(grep -c "(Skipped)" "$LOG/ctest-cuda.log" || true)
-if [[ $rc -ne 0 ]]; then grep -E "Failed|FAILED|\*\*\*" "$LOG/ctest-cuda.log" | head -30; fi
-add "cuda tests: ${line:-no result (rc $rc)}; skipped (no device?): $skipped (log: $LOG/ctest-cuda.log)"
+# Every test in its own process, 4 at a time: a kernel fault leaves the CUDA
+# context unusable, and in one process every later test would fail with it.
+# The first failures of the CUDA suite run again under compute-sanitizer
+# (memcheck) where the machine has it.
+run_each() {
+  local name=$1 bin=$2 filter=$3 dir="$LOG/$1"
+  mkdir -p "$dir"
+  "$bin" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null |
+    awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}' >"$dir/list"
+  # shellcheck disable=SC2016
+  xargs -P 4 -I{} bash -c 'timeout 180 "$0" --gtest_filter="$1" >"$2/$(echo "$1" | tr "/" "_").log" 2>&1; echo "$? $1"' \
+    "$bin" {} "$dir" <"$dir/list" >"$dir/results"
+  local pass=0 skip=0 fail=0 failed=()
+  while read -r rc t; do
+    if [[ $rc -ne 0 ]]; then fail=$((fail + 1)); failed+=("$t (rc $rc)")
+    elif grep -q "\[  SKIPPED \]" "$dir/$(echo "$t" | tr "/" "_").log"; then skip=$((skip + 1))
+    else pass=$((pass + 1)); fi
+  done <"$dir/results"
+  add "$name: $pass passed, $fail failed, $skip skipped of $(wc -l <"$dir/list") (logs: $dir)"
+  for f in "${failed[@]}"; do add "  FAILED $f"; done
+  printf '%s\n' "${failed[@]}" | sed 's/ (rc .*//' | grep -v '^$' >"$dir/failed" || true
+}
+say "GPU tests (llm_gpu_tests, one process per test)"
+run_each cuda-tests "$BUILD/bin/llm_gpu_tests" '*'
+if command -v compute-sanitizer >/dev/null 2>&1 && [[ -s $LOG/cuda-tests/failed ]]; then
+  say "failed CUDA tests again under compute-sanitizer (memcheck)"
+  head -3 "$LOG/cuda-tests/failed" | xargs -P 3 -I{} bash -c \
+    'timeout 150 compute-sanitizer --tool memcheck --print-limit 10 "$0" --gtest_filter="$1" >"$2/sanitize-$(echo "$1" | tr "/" "_").log" 2>&1' \
+    "$BUILD/bin/llm_gpu_tests" {} "$LOG/cuda-tests"
+  add "compute-sanitizer: $(cat "$LOG"/cuda-tests/sanitize-*.log 2>/dev/null | grep -cE "Invalid|out of bounds|misaligned") reports (logs: $LOG/cuda-tests/sanitize-*)"
+fi
 say "Backend contract on the device (llm_engine_tests Backends/*cuda*)"
-timeout 120 "$BUILD/bin/llm_engine_tests" --gtest_filter='Backends/BackendContract.*cuda*' --gtest_brief=1 \
-  >"$LOG/contract.log" 2>&1
-add "backend contract (cuda): $(grep -E "PASSED|FAILED|SKIPPED" "$LOG/contract.log" | head -3 | tr '\n' ' ')"
+run_each contract "$BUILD/bin/llm_engine_tests" 'Backends/BackendContract.*cuda*'
 say "model families on the device (llm_model_tests LlamaCpp/FamilyOn.*_Cuda: llama.cpp's logits, eviction)"
-timeout 120 "$BUILD/bin/llm_model_tests" --gtest_filter='LlamaCpp/FamilyOn.*_Cuda' --gtest_brief=1 \
-  >"$LOG/families.log" 2>&1
-add "model families on cuda: $(grep -E "PASSED|FAILED|SKIPPED" "$LOG/families.log" | head -3 | tr '\n' ' ')"
+run_each families "$BUILD/bin/llm_model_tests" 'LlamaCpp/FamilyOn.*_Cuda'
 say "CPU-side CUDA tests"
 timeout 60 "$BUILD/bin/llm_gpu_cpu_tests" --gtest_brief=1 >"$LOG/cpu-tests.log" 2>&1
 add "cpu-side cuda tests: $(grep -E "PASSED|FAILED" "$LOG/cpu-tests.log" | head -2 | tr '\n' ' ')"
