@@ -946,6 +946,18 @@ void BackendImpl::read_pages(const Sequence& sq, uint8_t* out) {
     check(cudaMemcpyAsync(out + i * pb, page_ptr(s.pages_.ids()[i]), pb, cudaMemcpyDeviceToHost, stream_),
           "KV page download");
   sync("KV page download");
+  // Slots past the sequence in its last page hold stale rows (a pass undone
+  // by truncate, a recycled page): written as zeros, as the host backend does,
+  // so a snapshot holds this sequence's state and nothing else.
+  const int32_t pt = geom_.page_tokens, used = int32_t(s.length_ % uint32_t(pt));
+  if (used == 0 || s.pages_.size() == 0) return;
+  uint8_t* last = out + (s.pages_.size() - 1) * pb;
+  const size_t rb = size_t(geom_.head_dim) * (kv_type_ == LLM_KV_F32 ? 4 : 2);
+  for (int32_t l = 0; l < geom_.n_layers; ++l)
+    for (int kv = 0; kv < 2; ++kv)
+      for (int32_t h = 0; h < geom_.n_kv_heads; ++h)
+        for (int32_t slot = used; slot < pt; ++slot)
+          std::memset(last + size_t(kv_row_index(geom_, l, kv, h, slot)) * rb, 0, rb);
 }
 
 void BackendImpl::write_pages(Sequence& sq, const uint8_t* pages, size_t n_pages, uint32_t length) {
