@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -69,10 +70,17 @@ float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return w;
 }
 
-// Greedy run with llama2.c's conventions (stop on BOS), checking the logits
-// of the first steps and the device argmax against the host's.
+// The reference's greedy run, teacher-forced (llama2.c's conventions: a BOS
+// ends the story): the logits of the first steps within tol, the device
+// argmax equal to the host's on the same logits, and the host's pick equal to
+// the reference's token at every step where the reference's top-1/top-2
+// margin is wider than float reordering can close. The references have
+// near-ties (a margin of 0.0027 at step 13 of 'Tom and Sam went'), where a
+// free-running greedy comparison tested which way a rounding fell, and after
+// the first such flip nothing at all.
 void check_reference(const std::string& model_file, const std::string& json, llm_kv_type kv, float tol,
                      int32_t max_chunk = 512) {
+  const float near_tie = std::max(0.01f, 4 * tol);
   auto model = load_model(model_file);
   auto be = make_backend(*model, kv, true, uint64_t(64) << 20, max_chunk);
   const int32_t vocab = model->config().vocab_size;
@@ -82,24 +90,26 @@ void check_reference(const std::string& model_file, const std::string& json, llm
     std::vector<float> logits(static_cast<size_t>(vocab));
     be->prefill(*seq, c.prompt_ids.data(), c.prompt_ids.size(), logits.data());
     EXPECT_EQ(seq->length(), c.prompt_ids.size());
-    std::vector<int32_t> generated;
-    for (int i = 0; i < c.max_new_tokens; ++i) {
-      if (size_t(i) < c.logits_steps.size()) {
-        EXPECT_LE(max_diff(logits, c.logits_steps[size_t(i)].logits), tol) << "step " << i;
+    const size_t n = c.generated_ids.size();
+    for (size_t i = 0; i <= n; ++i) {
+      if (i < c.logits_steps.size()) {
+        EXPECT_LE(max_diff(logits, c.logits_steps[i].logits), tol) << "step " << i;
       }
-      const int32_t tok = greedy(logits);
-      if (tok == 1) break;
-      generated.push_back(tok);
-      if (i + 1 == c.max_new_tokens) break;
+      const int32_t want = i < n ? c.generated_ids[i] : 1;  // past the last token: the BOS that stopped it
+      if (i == n && !c.stopped_on_bos) break;
+      const float margin = i < c.margins.size() ? c.margins[i] : std::numeric_limits<float>::infinity();
+      if (margin >= near_tie) {
+        EXPECT_EQ(greedy(logits), want) << "step " << i << ", reference margin " << margin;
+      }
+      if (i == n) break;
       int32_t dev_argmax = -1;
       cuda::DecodeOutput out;
       out.logits = logits.data();
       out.argmax = &dev_argmax;
       cuda::Sequence* s = seq.get();
-      be->decode(&s, &tok, 1, out);
-      ASSERT_EQ(dev_argmax, greedy(logits));
+      be->decode(&s, &want, 1, out);
+      ASSERT_EQ(dev_argmax, greedy(logits)) << "step " << i + 1;
     }
-    EXPECT_EQ(generated, c.generated_ids);
   }
 }
 
