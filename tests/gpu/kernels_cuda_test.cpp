@@ -152,8 +152,9 @@ void CudaKernel::expect_gemv_matches_ref(const HostMatrix& h, std::initializer_l
       cpu::matmul_ref(h.view, x.data(), n, want.data());
       if (beta != 0.f)
         for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
-      DeviceBuffer dx = to_device(x), dy = to_device(y0);
-      ASSERT_EQ(launch_gemv(d.m, dx.as<float>(), cols, n, dy.as<float>(), rows, beta, sms_, st_), cudaSuccess);
+      DeviceBuffer dx = to_device(x), dy = to_device(y0), scratch(size_t(gemv_scratch_floats(d.m.layout)) * 4);
+      ASSERT_EQ(launch_gemv(d.m, dx.as<float>(), cols, n, dy.as<float>(), rows, beta, scratch.as<float>(), sms_, st_),
+                cudaSuccess);
       sync();
       const std::vector<float> got = to_host<float>(dy, size_t(n * rows));
       for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol_for(want[i], cols)) << i;

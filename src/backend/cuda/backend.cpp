@@ -171,7 +171,7 @@ class BackendImpl final : public Backend {
   uint64_t scratch_bytes_ = 0;
 
   // activations and staging (see forward() for shapes)
-  DeviceBuffer x_, xb_, qkv_, att_, gu_, h_, gemm_in_, deq_, logits_;
+  DeviceBuffer x_, xb_, qkv_, att_, gu_, h_, gemm_in_, deq_, gemv_x_, logits_;
   DeviceBuffer tokens_d_, pos_d_, argmax_d_, topk_v_d_, topk_i_d_, topk_sv_d_, topk_si_d_, part_ml_, part_acc_;
   PinnedBuffer tokens_h_, pos_h_, logits_h_, argmax_h_, topk_v_h_, topk_i_h_;
   std::unique_ptr<Gemm> gemm_;
@@ -327,9 +327,10 @@ BackendImpl::BackendImpl(const Model& model, const BackendOptions& opts)
   gu_ = scratch(size_t(R * 2 * c.hidden_dim) * 4, "activations gate|up");
   h_ = scratch(size_t(R * c.hidden_dim) * 4, "activations h");
   gemm_in_ = scratch(size_t(R * max_in) * 2, "GEMM input");
-  int64_t deq_elems = 0;
+  int64_t deq_elems = 0, gemv_x_floats = 0;
   auto want_deq = [&](const DeviceMatrix& m) {
     if (is_quantized(m.layout.format)) deq_elems = std::max(deq_elems, std::min(kDequantElems, m.layout.rows * m.layout.cols));
+    gemv_x_floats = std::max(gemv_x_floats, gemv_scratch_floats(m.layout));
   };
   for (const LayerW& l : layers_) {
     for (const auto& m : l.qkv) want_deq(m);
@@ -337,6 +338,8 @@ BackendImpl::BackendImpl(const Model& model, const BackendOptions& opts)
     want_deq(l.wo);
     want_deq(l.down);
   }
+  gemv_x_floats = std::max(gemv_x_floats, gemv_scratch_floats(output_.layout));
+  gemv_x_ = scratch(size_t(gemv_x_floats) * 4, "GEMV activations");
   // Tiles hold a multiple of 64 rows (keeps GEMM output pointers aligned).
   if (deq_elems) deq_ = scratch(size_t(deq_elems + 64 * max_in) * 2, "dequantized weight tile");
   const int64_t vocab = c.vocab_size;
@@ -538,7 +541,7 @@ void BackendImpl::linear(const DeviceMatrix& w, const float* x, int64_t n, float
   const MatrixLayout& l = w.layout;
   const bool quant = is_quantized(l.format);
   if (n <= (quant ? kGemvMaxRowsQuant : kGemvMaxRows)) {
-    check(launch_gemv(w, x, l.cols, n, y, ldy, beta, sm_count_, stream_), "gemv");
+    check(launch_gemv(w, x, l.cols, n, y, ldy, beta, gemv_x_.as<float>(), sm_count_, stream_), "gemv");
     return;
   }
   const GemmType t = l.format == WFormat::F32 ? GemmType::F32 : l.format == WFormat::BF16 ? GemmType::BF16 : GemmType::F16;

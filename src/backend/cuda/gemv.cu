@@ -19,9 +19,8 @@ struct GemvParams {
   const uint16_t* scales;  // [rows][groups_per_row]
   int64_t rows, cols, pitch, chunks;
   int32_t group, groups_per_row;
-  const float* x;  // [nb][ldx]
-  int64_t ldx;
-  int32_t nb;      // live activation rows (<= NB)
+  const float4* xt;  // [nb][V/4][chunks]: the pass's activations (gemv_prepare_x)
+  int32_t nb;        // live activation rows (<= NB)
   float* y;        // [nb][ldy]
   int64_t ldy;
   float beta;
@@ -66,7 +65,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams p) {
       for (int b = 0; b < NB; ++b) {
         if (b < p.nb) {
           float xv[V];
-          load_x<V>(p.x + b * p.ldx, first, n_valid, xv);
+          load_xt<V>(p.xt + b * (V / 4) * p.chunks, p.chunks, c, xv);
 #pragma unroll
           for (int r = 0; r < R; ++r) acc[r][b] += dot_chunk<F>(ch[r], scale[r], xv, n_valid);
         }
@@ -101,6 +100,21 @@ cudaError_t gemv_dispatch_nb(const GemvParams& p, int nb_tile, int rows_per_warp
     default: gemv_kernel<F, 8, 1><<<grid, kGemvThreads, 0, st>>>(p); break;
   }
   return cudaGetLastError();
+}
+
+// Grid-stride over xt's float4s (gemv_common.cuh), in xt's order: the
+// stores are coalesced, the strided reads of x (a few KiB) come from L2.
+__global__ void gemv_prepare_x_kernel(const float* x, int64_t ldx, int64_t cols, int64_t nb, int q, int64_t chunks,
+                                      float4* xt) {
+  const int64_t per_row = int64_t(q) * chunks, total = nb * per_row;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = idx / per_row, r = idx % per_row, i = r / chunks, c = r % chunks;
+    const int64_t first = c * 4 * q + 4 * i;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (first < cols) v = __ldg(reinterpret_cast<const float4*>(x + b * ldx + first));
+    xt[idx] = v;
+  }
 }
 
 // ---------------------------------------------------------------- dequantize / embed
@@ -199,10 +213,20 @@ struct EmbedRun {
 
 }  // namespace
 
+cudaError_t gemv_prepare_x(const float* x, int64_t ldx, int64_t cols, int64_t nb, int V, int64_t chunks, float4* xt,
+                           cudaStream_t stream) {
+  const int64_t total = nb * chunks * (V / 4);
+  if (total <= 0) return cudaSuccess;
+  const int threads = 256;
+  const int blocks = int(std::min<int64_t>((total + threads - 1) / threads, 4096));
+  gemv_prepare_x_kernel<<<blocks, threads, 0, stream>>>(x, ldx, cols, nb, V / 4, chunks, xt);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
-                        float beta, int sm_count, cudaStream_t stream) {
+                        float beta, float* scratch, int sm_count, cudaStream_t stream) {
   const MatrixLayout& l = w.layout;
-  if (l.format == WFormat::Ggml) return launch_gemv_ggml(w, x, ldx, n, y, ldy, beta, sm_count, stream);
+  if (l.format == WFormat::Ggml) return launch_gemv_ggml(w, x, ldx, n, y, ldy, beta, scratch, sm_count, stream);
   if (n <= 0 || l.rows == 0) return cudaSuccess;
   GemvParams p;
   p.w = w.data;
@@ -213,7 +237,7 @@ cudaError_t launch_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int6
   p.chunks = l.chunks_per_row();
   p.group = l.group;
   p.groups_per_row = l.groups_per_row;
-  p.ldx = ldx;
+  p.xt = reinterpret_cast<const float4*>(scratch);
   p.ldy = ldy;
   p.beta = beta;
   p.warps_per_row = gemv_warps_per_row(l.rows, p.chunks, sm_count);
@@ -223,9 +247,10 @@ cudaError_t launch_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int6
     const int rows_per_block = (kGemvThreads / 32) * rpw / p.warps_per_row;
     const dim3 grid(unsigned((l.rows + rows_per_block - 1) / rows_per_block));
     p.nb = int32_t(std::min<int64_t>(tile, n - b0));
-    p.x = x + b0 * ldx;
     p.y = y + b0 * ldy;
-    const cudaError_t e = by_format<GemvRun>(l.format, p, tile, rpw, grid, stream);
+    cudaError_t e = gemv_prepare_x(x + b0 * ldx, ldx, l.cols, p.nb, chunk_values(l.format), p.chunks,
+                                   reinterpret_cast<float4*>(scratch), stream);
+    if (e == cudaSuccess) e = by_format<GemvRun>(l.format, p, tile, rpw, grid, stream);
     if (e != cudaSuccess) return e;
     b0 += p.nb;
   }

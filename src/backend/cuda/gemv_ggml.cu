@@ -20,8 +20,7 @@ struct GgmlGemvParams {
   const uint8_t* w;  // [rows][pitch]: whole blocks, then zero padding
   int64_t rows, pitch;
   int64_t units;     // 32-value sub-blocks per row (cols / 32)
-  const float* x;    // [nb][ldx]
-  int64_t ldx;
+  const float4* xt;  // [nb][8][units]: the pass's activations (gemv_prepare_x, V = 32)
   int32_t nb;        // live activation rows (<= NB)
   float* y;          // [nb][ldy]
   int64_t ldy;
@@ -54,7 +53,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_ggml_kernel(GgmlGemvParams 
       const int s = ggml_unit_sub<T>(u);
       float xv[32];
       if constexpr (NB == 1) {
-        load_x<32>(p.x, u * 32, 32, xv);
+        load_xt<32>(p.xt, p.units, u, xv);
         acc[0] += ggml_dot32<T>(blk, s, xv);
       } else {
         float wv[32];
@@ -62,7 +61,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_ggml_kernel(GgmlGemvParams 
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
           if (b < p.nb) {
-            load_x<32>(p.x + b * p.ldx, u * 32, 32, xv);
+            load_xt<32>(p.xt + b * 8 * p.units, p.units, u, xv);
             acc[b] += dot32(wv, xv);
           }
         }
@@ -149,7 +148,7 @@ struct GgmlEmbedRun {
 }  // namespace
 
 cudaError_t launch_gemv_ggml(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
-                             float beta, int sm_count, cudaStream_t stream) {
+                             float beta, float* scratch, int sm_count, cudaStream_t stream) {
   const MatrixLayout& l = w.layout;
   if (l.format != WFormat::Ggml || l.cols % 32 != 0) return cudaErrorInvalidValue;
   if (n <= 0 || l.rows == 0) return cudaSuccess;
@@ -158,7 +157,7 @@ cudaError_t launch_gemv_ggml(const DeviceMatrix& w, const float* x, int64_t ldx,
   p.rows = l.rows;
   p.pitch = int64_t(l.pitch);
   p.units = l.cols / 32;
-  p.ldx = ldx;
+  p.xt = reinterpret_cast<const float4*>(scratch);
   p.ldy = ldy;
   p.beta = beta;
   p.warps_per_row = gemv_warps_per_row(l.rows, p.units, sm_count);
@@ -167,11 +166,13 @@ cudaError_t launch_gemv_ggml(const DeviceMatrix& w, const float* x, int64_t ldx,
   for (int64_t b0 = 0; b0 < n;) {
     const int tile = gemv_batch_tile(n - b0);
     p.nb = int32_t(std::min<int64_t>(tile, n - b0));
-    p.x = x + b0 * ldx;
     p.y = y + b0 * ldy;
-    const cudaError_t e = with_ggml_type(
-        l.block, [&](auto t) { return GgmlGemvRun<decltype(t)::value>::run(p, tile, grid, stream); },
-        [] { return cudaErrorInvalidValue; });
+    cudaError_t e = gemv_prepare_x(x + b0 * ldx, ldx, l.cols, p.nb, 32, p.units, reinterpret_cast<float4*>(scratch),
+                                   stream);
+    if (e == cudaSuccess)
+      e = with_ggml_type(
+          l.block, [&](auto t) { return GgmlGemvRun<decltype(t)::value>::run(p, tile, grid, stream); },
+          [] { return cudaErrorInvalidValue; });
     if (e != cudaSuccess) return e;
     b0 += p.nb;
   }

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/block_pass.h"
 #include "backend/cuda/kernel_math.h"
+#include "backend/cuda/plan.h"
 #include "backend/cuda/weight_layout.h"
 
 namespace llm::cuda {
@@ -28,8 +29,15 @@ struct DeviceMatrix {
 // x: [n, cols] f32, row stride ldx (multiple of 4); y: row stride ldy.
 // Fused dequantization, 16-byte weight loads; n > 8 runs in passes of 8
 // (each pass streams W once). beta is 0 or 1 (1 = residual add epilogue).
+// scratch: device memory of gemv_scratch_floats(w.layout) floats, where
+// each pass first lays out its activations for coalesced loads (x and y
+// must not overlap it).
 cudaError_t launch_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
-                        float beta, int sm_count, cudaStream_t stream);
+                        float beta, float* scratch, int sm_count, cudaStream_t stream);
+inline int64_t gemv_scratch_floats(const MatrixLayout& l) {
+  const int64_t per_row = l.format == WFormat::Ggml ? l.cols : l.chunks_per_row() * chunk_values(l.format);
+  return int64_t(kGemvMaxBatch) * per_row;
+}
 
 // out[i, :] = row (r0 + i) of W as f16 (or bf16) bits, i < n; out: [n, cols].
 // The prefill GEMM dequantizes quantized weights (q8/q4/Ggml) tile-wise with this.
@@ -43,7 +51,7 @@ cudaError_t launch_embed(const DeviceMatrix& w, const int32_t* tokens, int64_t n
 // gemv_ggml.cu); the launchers above forward to them. Same contracts;
 // cudaErrorInvalidValue for a matrix of another format.
 cudaError_t launch_gemv_ggml(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
-                             float beta, int sm_count, cudaStream_t stream);
+                             float beta, float* scratch, int sm_count, cudaStream_t stream);
 cudaError_t launch_dequant_ggml(const DeviceMatrix& w, int64_t r0, int64_t n, uint16_t* out, bool bf16,
                                 cudaStream_t stream);
 cudaError_t launch_embed_ggml(const DeviceMatrix& w, const int32_t* tokens, int64_t n, float* x,
