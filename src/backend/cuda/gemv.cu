@@ -19,7 +19,9 @@ struct GemvParams {
   const uint16_t* scales;  // [rows][groups_per_row]
   int64_t rows, cols, pitch, chunks;
   int32_t group, groups_per_row;
-  const float4* xt;  // [nb][V/4][chunks]: the pass's activations (gemv_prepare_x)
+  const float* x;    // [nb][ldx]: the pass's activations, row layout
+  int64_t ldx;
+  const float4* xt;  // the same chunk-major (gemv_prepare_x), where gemv_x_chunk_major(F)
   int32_t nb;        // live activation rows (<= NB)
   float* y;        // [nb][ldy]
   int64_t ldy;
@@ -30,10 +32,14 @@ struct GemvParams {
 // Block = 8 warps. A warp owns R consecutive rows (R = 2 only when each row
 // has one warp), or 1 / warps_per_row of one row. The warps of a row stride
 // over its 16-byte chunks; each activation chunk is loaded once and dotted
-// with the R rows' weights, for NB activation rows.
+// with the R rows' weights, for NB activation rows. With NB > 1 a weight
+// chunk is decoded once and its values dotted with each row (dot_decoded;
+// decoding per row made the batch ALU-bound: 4.4x the time of one row at
+// NB = 8 for q4 on an H200).
 template <WFormat F, int NB, int R>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams p) {
   constexpr int V = chunk_values(F);
+  constexpr bool kChunkMajor = gemv_x_chunk_major(F);
   const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
   const int wpr = p.warps_per_row;
   const int rows_per_block = (kGemvThreads / 32) * R / wpr;
@@ -61,13 +67,26 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvParams p) {
           scale[r] = f16_bits_to_float(__ldg(p.scales + row * p.groups_per_row + chunk_group(first, p.group)));
       }
       const int n_valid = int(min64(V, p.cols - first));
+      float wv[NB > 1 ? R : 1][V];
+      if constexpr (NB > 1) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) decode_chunk<F>(ch[r], 1.f, wv[r]);
+      }
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         if (b < p.nb) {
           float xv[V];
-          load_xt<V>(p.xt + b * (V / 4) * p.chunks, p.chunks, c, xv);
+          if constexpr (kChunkMajor)
+            load_xt<V>(p.xt + b * (V / 4) * p.chunks, p.chunks, c, xv);
+          else
+            load_x<V>(p.x + b * p.ldx, first, n_valid, xv);
 #pragma unroll
-          for (int r = 0; r < R; ++r) acc[r][b] += dot_chunk<F>(ch[r], scale[r], xv, n_valid);
+          for (int r = 0; r < R; ++r) {
+            if constexpr (NB > 1)
+              acc[r][b] += dot_decoded<F>(wv[r], scale[r], xv, n_valid);
+            else
+              acc[r][b] += dot_chunk<F>(ch[r], scale[r], xv, n_valid);
+          }
         }
       }
     }
@@ -237,6 +256,7 @@ cudaError_t launch_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int6
   p.chunks = l.chunks_per_row();
   p.group = l.group;
   p.groups_per_row = l.groups_per_row;
+  p.ldx = ldx;
   p.xt = reinterpret_cast<const float4*>(scratch);
   p.ldy = ldy;
   p.beta = beta;
@@ -247,9 +267,12 @@ cudaError_t launch_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int6
     const int rows_per_block = (kGemvThreads / 32) * rpw / p.warps_per_row;
     const dim3 grid(unsigned((l.rows + rows_per_block - 1) / rows_per_block));
     p.nb = int32_t(std::min<int64_t>(tile, n - b0));
+    p.x = x + b0 * ldx;
     p.y = y + b0 * ldy;
-    cudaError_t e = gemv_prepare_x(x + b0 * ldx, ldx, l.cols, p.nb, chunk_values(l.format), p.chunks,
-                                   reinterpret_cast<float4*>(scratch), stream);
+    cudaError_t e = cudaSuccess;
+    if (gemv_x_chunk_major(l.format))
+      e = gemv_prepare_x(p.x, ldx, l.cols, p.nb, chunk_values(l.format), p.chunks, reinterpret_cast<float4*>(scratch),
+                         stream);
     if (e == cudaSuccess) e = by_format<GemvRun>(l.format, p, tile, rpw, grid, stream);
     if (e != cudaSuccess) return e;
     b0 += p.nb;

@@ -26,6 +26,22 @@ __device__ __forceinline__ void load_xt(const float4* xt_row, int64_t chunks, in
   }
 }
 
+// Loads V activations of x's row layout starting at `first`; reads stop at
+// n_valid (a multiple of 4), the rest is zero. For the formats of at most 8
+// values per chunk (gemv_x_chunk_major false).
+template <int V>
+__device__ __forceinline__ void load_x(const float* xrow, int64_t first, int n_valid, float* xv) {
+#pragma unroll
+  for (int i = 0; i < V / 4; ++i) {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (4 * i < n_valid) v = __ldg(reinterpret_cast<const float4*>(xrow + first) + i);
+    xv[4 * i] = v.x;
+    xv[4 * i + 1] = v.y;
+    xv[4 * i + 2] = v.z;
+    xv[4 * i + 3] = v.w;
+  }
+}
+
 // Writes xt (above) for rows [0, nb) of x (row stride ldx, cols a multiple
 // of 4), chunks of V values; xt holds nb * chunks * V floats (gemv.cu).
 cudaError_t gemv_prepare_x(const float* x, int64_t ldx, int64_t cols, int64_t nb, int V, int64_t chunks, float4* xt,

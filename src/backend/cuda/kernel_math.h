@@ -135,32 +135,41 @@ LLM_HD void decode_chunk(const Chunk& c, float scale, float* out) {
   }
 }
 
-// sum_i w_i * x_i over one chunk, x_i = x[i]; `n_valid` (a multiple of 4,
-// <= chunk_values) limits the activation reads at the end of a row. For
-// quantized formats the scale is applied once per chunk: scale * sum(q * x).
+// sum_i w_i * x_i over one chunk whose values decode_chunk<F>(c, 1.f, v)
+// gave; `n_valid` (a multiple of 4, <= chunk_values) limits the activation
+// reads at the end of a row. For quantized formats the scale is applied once
+// per chunk: scale * sum(q * x). The GEMV kernels decode a chunk once and dot
+// it with each of a batch's activation rows through this, and dot_chunk
+// below is the same operations, so a batch row and a row alone agree to the bit.
 template <WFormat F>
-LLM_HD float dot_chunk(const Chunk& c, float scale, const float* x, int n_valid) {
+LLM_HD float dot_decoded(const float* v, float scale, const float* x, int n_valid) {
   constexpr int V = chunk_values(F);
   float acc = 0.f;
-  if constexpr (F == WFormat::Q8) {
-    for (int k = 0; k < V; ++k)
-      if (k < n_valid) acc += float(int(int8_t(uint8_t(chunk_byte(c, k))))) * x[k];
-    return acc * scale;
-  } else if constexpr (F == WFormat::Q4) {
-    for (int k = 0; k < 16; ++k) {
+  if constexpr (F == WFormat::Q4) {
+    for (int k = 0; k < V / 2; ++k) {
       if (2 * k >= n_valid) break;
-      const uint32_t b = chunk_byte(c, k);
-      acc += float(int(b & 15u) - 8) * x[2 * k] + float(int(b >> 4) - 8) * x[2 * k + 1];
+      acc += v[2 * k] * x[2 * k] + v[2 * k + 1] * x[2 * k + 1];
     }
-    return acc * scale;
   } else {
-    float v[V];
-    decode_chunk<F>(c, 1.f, v);
     for (int k = 0; k < V; ++k)
       if (k < n_valid) acc += v[k] * x[k];
-    return acc;
   }
+  return is_quantized(F) ? acc * scale : acc;
 }
+
+// dot_decoded of the chunk's own values.
+template <WFormat F>
+LLM_HD float dot_chunk(const Chunk& c, float scale, const float* x, int n_valid) {
+  float v[chunk_values(F)];
+  decode_chunk<F>(c, 1.f, v);
+  return dot_decoded<F>(v, scale, x, n_valid);
+}
+
+// Whether the GEMV kernels read activations chunk-major (gemv_common.cuh):
+// at 16 and 32 values per chunk the lanes' row-layout loads spread over 16 or
+// 32 cache lines each; at 4 and 8 the layout pass costs more than it saves
+// (measured for f16 on an H200).
+LLM_HD constexpr bool gemv_x_chunk_major(WFormat f) { return chunk_values(f) >= 16; }
 
 // Index of the scale (group) of the chunk that starts at value `first`.
 LLM_HD int64_t chunk_group(int64_t first, int32_t group) { return group > 0 ? first / group : 0; }
