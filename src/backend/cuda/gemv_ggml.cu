@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_ggml_kernel(GgmlGemvParams 
 }
 
 // Grid-stride over (row, sub-block): its 32 values as 16 f16/bf16 pairs.
-// out: [n][cols] halves; cols is a multiple of 32, so every pair is aligned.
+// out: [n][cols] halves; cols is a multiple of 32, so each sub-block's 64
+// bytes are 16-byte aligned.
 template <DType T>
 __global__ void dequant_ggml_kernel(const uint8_t* w, int64_t pitch, int64_t units, int64_t r0, int64_t n,
                                     uint32_t* out, bool bf16) {
@@ -85,13 +86,17 @@ __global__ void dequant_ggml_kernel(const uint8_t* w, int64_t pitch, int64_t uni
     const int64_t i = idx / units, u = idx % units;
     float v[32];
     ggml_decode32<T>(ggml_unit_block<T>(w + (r0 + i) * pitch, u), ggml_unit_sub<T>(u), v);
-    uint32_t* o = out + (i * units + u) * 16;
+    uint32_t pairs[16];
 #pragma unroll
     for (int k = 0; k < 32; k += 2) {
       const uint32_t lo = bf16 ? float_to_bf16_bits(v[k]) : float_to_f16_bits(v[k]);
       const uint32_t hi = bf16 ? float_to_bf16_bits(v[k + 1]) : float_to_f16_bits(v[k + 1]);
-      o[k / 2] = lo | (hi << 16);
+      pairs[k / 2] = lo | (hi << 16);
     }
+    // 16-byte stores (4-byte ones 64 bytes apart were a quarter as efficient).
+    uint4* o = reinterpret_cast<uint4*>(out + (i * units + u) * 16);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o[k] = make_uint4(pairs[4 * k], pairs[4 * k + 1], pairs[4 * k + 2], pairs[4 * k + 3]);
   }
 }
 
