@@ -412,7 +412,9 @@ void check_x8_model(const Format& f, llm::cpu::Isa isa, bool expect_x8) {
   }
   EXPECT_GT(ref2, 0.0);
   EXPECT_GT(diff2, 0.0);  // not the same path
-  if (isa == llm::cpu::Isa::Avx2) EXPECT_LT(diff2, 1e-8 * ref2);
+  if (isa == llm::cpu::Isa::Avx2) {
+    EXPECT_LT(diff2, 1e-8 * ref2);
+  }
   EXPECT_LT(err_a, 1.5 * err_b + 1e-9 * ref2) << "packed " << err_a << " plain " << err_b;
   EXPECT_LT(err_a, 1e-2 * ref2);
 }
