@@ -211,6 +211,55 @@ TEST_F(CudaBackend, BatchedDecodeAndGraphsMatchSingleSequenceSteps) {
   EXPECT_EQ(single->memory().graphs_ready, 0u);
 }
 
+// The two ways a linear layer runs for a few rows (GEMV passes, or dequant /
+// convert to f16 and a cuBLASLt GEMM; BackendOptions::gemv_max_rows*) give
+// the same logits within f16 activation rounding, for a prompt and for a
+// batched decode step, on float, q8 and q4 weights.
+TEST_F(CudaBackend, GemvPassesAndGemmAgreeOnFewRows) {
+  for (const char* file : {"stories260K.gguf", "stories260K-q8_0.gguf", "stories260K-q4_0.gguf"}) {
+    SCOPED_TRACE(file);
+    auto model = load_model(file);
+    const size_t vocab = size_t(model->config().vocab_size);
+    cuda::BackendOptions o;
+    o.kv_type = LLM_KV_F32;
+    o.kv_budget_bytes = uint64_t(64) << 20;
+    o.max_batch = 8;
+    o.gemv_max_rows = 64;
+    o.gemv_max_rows_quant = 64;
+    auto gemv = cuda::Backend::create(*model, o);
+    o.gemv_max_rows = 1;
+    o.gemv_max_rows_quant = 1;
+    auto gemm = cuda::Backend::create(*model, o);
+    auto close = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+      const auto [lo, hi] = std::minmax_element(b.begin(), b.end());
+      EXPECT_LE(max_diff(a, b), 1e-2f * (*hi - *lo)) << what;
+      EXPECT_NE(a, b) << what << ": the two paths should differ by rounding at least";
+    };
+    const std::vector<std::vector<int32_t>> prompts = {{1, 403, 411, 9, 30, 41, 50}, {1, 2, 3}, {1, 70, 61, 5}};
+    std::vector<std::unique_ptr<cuda::Sequence>> sa, sb;
+    std::vector<cuda::Sequence*> pa, pb;
+    std::vector<int32_t> next;
+    for (const auto& p : prompts) {
+      std::vector<float> la(vocab), lb(vocab);
+      sa.push_back(gemv->new_sequence());
+      sb.push_back(gemm->new_sequence());
+      gemv->prefill(*sa.back(), p.data(), p.size(), la.data());
+      gemm->prefill(*sb.back(), p.data(), p.size(), lb.data());
+      close(la, lb, "prefill");
+      pa.push_back(sa.back().get());
+      pb.push_back(sb.back().get());
+      next.push_back(greedy(la));
+    }
+    std::vector<float> la(3 * vocab), lb(3 * vocab);
+    cuda::DecodeOutput oa, ob;
+    oa.logits = la.data();
+    ob.logits = lb.data();
+    gemv->decode(pa.data(), next.data(), 3, oa);
+    gemm->decode(pb.data(), next.data(), 3, ob);
+    close(la, lb, "batched decode step");
+  }
+}
+
 TEST_F(CudaBackend, ForkSharesPagesAndCopiesOnWrite) {
   auto model = load_model("stories260K.gguf");
   const int32_t vocab = model->config().vocab_size;

@@ -234,7 +234,7 @@ TEST(CudaGgmlLayout, RepackedRowsAreTheStoredBlocksAndDecodeExactly) {
       const MatrixLayout l = matrix_layout(t, m.view.group, rows, cols);
       EXPECT_EQ(l.format, WFormat::Ggml);
       EXPECT_EQ(l.block, t);
-      EXPECT_TRUE(is_quantized(l.format));  // prefill dequantizes tiles; kGemvMaxRowsQuant applies
+      EXPECT_TRUE(is_quantized(l.format));  // prefill dequantizes tiles; the quantized GEMV row limit applies
       EXPECT_EQ(l.group, 0);
       EXPECT_EQ(l.groups_per_row, 0);
       EXPECT_EQ(l.scale_count(), 0u);

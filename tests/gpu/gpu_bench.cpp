@@ -3,7 +3,7 @@
 // batching yet). Used by tests/gpu/device_check.sh; prints one markdown row.
 //
 //   llm_gpu_bench MODEL [--name NAME] [--pp 512] [--tg 128] [--batch 1,8,32]
-//                 [--reps 3] [--kv f16|f32] [--no-graphs] [--header]
+//                 [--reps 3] [--kv f16|f32] [--no-graphs] [--gemv-max F,Q] [--header]
 //
 //   ppN  prefill of N random tokens into a fresh sequence (logits of the last
 //        row copied back), best of --reps; tokens/s.
@@ -11,6 +11,8 @@
 //        device argmax (graphs on unless --no-graphs) after 3 untimed steps;
 //        tokens/s = B * N / time, and ms per step. "GB/s" is weight bytes
 //        streamed per second at B = 1 (the decode speed-of-light check).
+//   --gemv-max F,Q  BackendOptions::gemv_max_rows / gemv_max_rows_quant (where
+//        GEMV passes give way to cuBLASLt GEMMs for float / quantized weights).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -53,7 +55,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: llm_gpu_bench MODEL [--name NAME] [--pp 512] [--tg 128] [--batch 1,8,32] [--reps 3] "
-                 "[--kv f16|f32] [--no-graphs] [--header]\n");
+                 "[--kv f16|f32] [--no-graphs] [--gemv-max F,Q] [--header]\n");
     return 2;
   }
   std::string path = argv[1], name = argv[1];
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
   std::vector<int> batches = {1, 8, 32};
   llm_kv_type kv = LLM_KV_F16;
   bool graphs = true, header = false;
+  std::vector<int> gemv_max = {0, 0};
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -77,6 +80,13 @@ int main(int argc, char** argv) {
     else if (a == "--batch") batches = int_list(next());
     else if (a == "--kv") kv = std::string(next()) == "f32" ? LLM_KV_F32 : LLM_KV_F16;
     else if (a == "--no-graphs") graphs = false;
+    else if (a == "--gemv-max") {
+      gemv_max = int_list(next());
+      if (gemv_max.size() != 2) {
+        std::fprintf(stderr, "llm_gpu_bench: --gemv-max takes F,Q\n");
+        return 2;
+      }
+    }
     else if (a == "--header") header = true;
     else {
       std::fprintf(stderr, "llm_gpu_bench: unknown option %s\n", a.c_str());
@@ -97,6 +107,8 @@ int main(int argc, char** argv) {
     llm::cuda::BackendOptions bo;
     bo.kv_type = kv;
     bo.use_graphs = graphs;
+    bo.gemv_max_rows = gemv_max[0];
+    bo.gemv_max_rows_quant = gemv_max[1];
     bo.max_batch = std::max(1, *std::max_element(batches.begin(), batches.end()));
     auto be = llm::cuda::Backend::create(*model, bo);
     const double load_s = secs_since(t_load);

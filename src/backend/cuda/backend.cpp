@@ -32,8 +32,21 @@ constexpr size_t kStagingBytes = size_t(32) << 20;      // each of the two uploa
 constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
 constexpr int64_t kDequantElems = int64_t(32) << 20;    // f16 tile buffer of q8/q4 prefill GEMMs
 constexpr size_t kKvChunkBytes = size_t(256) << 20;     // KV memory is allocated in chunks of about this
-constexpr int64_t kGemvMaxRows = 8;        // float weights: GEMV up to this many rows, cuBLASLt above
-constexpr int64_t kGemvMaxRowsQuant = 64;  // q8/q4: GEMV passes (weights read n/8 times) beat dequant + GEMM
+// Rows (prefill tokens, sequences of a decode batch) up to which a linear
+// layer runs as GEMV passes, each streaming the weights once per 8 rows;
+// above, the weights are converted or dequantized to f16 tiles and multiplied
+// by cuBLASLt. Measured on an H200 with tests/gpu/gemv_crossover.sh
+// (docs/CUDA.md, "Batched decode"): for float weights the GEMM wins from 2
+// rows on, for q4 from 4 (TinyLlama and Llama-3-8B shapes), for q8 and the
+// GGUF blocks (Q4_K_M) from 8.
+int64_t default_gemv_max_rows(WFormat f) {
+  switch (f) {
+    case WFormat::Q4: return 2;
+    case WFormat::Q8:
+    case WFormat::Ggml: return 4;
+    default: return 1;
+  }
+}
 constexpr int kMaxSplits = 64;             // plan_decode_splits never exceeds this
 
 class BackendImpl;
@@ -159,6 +172,7 @@ class BackendImpl final : public Backend {
   llm_kv_type kv_type_ = LLM_KV_F16;
   int64_t q_dim_ = 0, kv_dim_ = 0, qkv_dim_ = 0;
   int32_t max_batch_ = 32, max_chunk_ = 512, prefill_rows_ = 1;
+  int64_t gemv_max_rows_ = 0, gemv_max_rows_quant_ = 0;  // BackendOptions; 0: default_gemv_max_rows
   int64_t rows_ = 0;  // scratch rows = max(max_chunk, max_batch)
 
   // weights
@@ -251,6 +265,10 @@ BackendImpl::BackendImpl(const Model& model, const BackendOptions& opts)
             LLM_ERR_INVALID_ARGUMENT, "max_batch %d / max_chunk %d out of range", opts.max_batch, opts.max_chunk);
   max_batch_ = opts.max_batch;
   max_chunk_ = opts.max_chunk;
+  LLM_CHECK(opts.gemv_max_rows >= 0 && opts.gemv_max_rows_quant >= 0, LLM_ERR_INVALID_ARGUMENT,
+            "gemv_max_rows %d / gemv_max_rows_quant %d", opts.gemv_max_rows, opts.gemv_max_rows_quant);
+  gemv_max_rows_ = opts.gemv_max_rows;
+  gemv_max_rows_quant_ = opts.gemv_max_rows_quant;
   rows_ = std::max<int64_t>(max_batch_, max_chunk_);
   use_graphs_ = opts.use_graphs;
   geom_.n_layers = c.n_layers;
@@ -540,7 +558,8 @@ void BackendImpl::upload_table_row(int32_t row, const PageList& pages) {
 void BackendImpl::linear(const DeviceMatrix& w, const float* x, int64_t n, float* y, int64_t ldy, float beta) {
   const MatrixLayout& l = w.layout;
   const bool quant = is_quantized(l.format);
-  if (n <= (quant ? kGemvMaxRowsQuant : kGemvMaxRows)) {
+  const int64_t gemv_rows = quant ? gemv_max_rows_quant_ : gemv_max_rows_;
+  if (n <= (gemv_rows ? gemv_rows : default_gemv_max_rows(l.format))) {
     check(launch_gemv(w, x, l.cols, n, y, ldy, beta, gemv_x_.as<float>(), sm_count_, stream_), "gemv");
     return;
   }

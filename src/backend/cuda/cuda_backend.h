@@ -48,6 +48,12 @@ struct BackendOptions {
   int32_t max_batch = 32;            // most sequences in one decode() call
   int32_t max_chunk = 512;           // prefill tokens per forward pass (longer prompts run in chunks)
   bool use_graphs = true;            // capture decode steps as CUDA graphs
+  // Rows (prefill tokens, or sequences of a decode batch) up to which a linear
+  // layer runs as GEMV passes rather than as a cuBLASLt GEMM, for float and
+  // for quantized weights; 0 = the measured default of each weight format
+  // (docs/CUDA.md, "Batched decode"). For tuning.
+  int32_t gemv_max_rows = 0;
+  int32_t gemv_max_rows_quant = 0;
   Logger log;
 };
 
