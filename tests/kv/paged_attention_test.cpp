@@ -167,6 +167,27 @@ TEST(PagedAttention, SimdMatchesPortable) {
   }
 }
 
+// The AVX-512 family's blocked kernels give the AVX2 family's bits: head
+// sizes with a half 16-float vector at the end (8, 72, 200), even and odd
+// query heads per KV head, partial 8-row blocks.
+TEST(PagedAttention, Avx512FamilyGivesTheAvx2Bits) {
+  if (llm::cpu::best_isa() != llm::cpu::Isa::Avx512) GTEST_SKIP() << "no AVX-512 family on this machine";
+  const llm::cpu::Isa cap = llm::cpu::max_isa();
+  for (int hd : {8, 64, 72, 128, 200, 256})
+    for (int group : {1, 3, 4})
+      for (llm_kv_type t : {LLM_KV_F16, LLM_KV_F32}) {
+        SCOPED_TRACE(testing::Message() << "hd " << hd << " group " << group << " type " << t);
+        std::mt19937 r1(11), r2(11);
+        llm::cpu::set_max_isa(llm::cpu::Isa::Avx512);
+        const std::vector<float> wide = run_case({2 * group, 2, t, 2e-5f}, 131, 9, 2, r1, hd);
+        llm::cpu::set_max_isa(llm::cpu::Isa::Avx2);
+        const std::vector<float> narrow = run_case({2 * group, 2, t, 2e-5f}, 131, 9, 2, r2, hd);
+        llm::cpu::set_max_isa(cap);
+        ASSERT_EQ(wide.size(), narrow.size());
+        EXPECT_EQ(0, std::memcmp(wide.data(), narrow.data(), wide.size() * sizeof(float)));
+      }
+}
+
 TEST(PagePool, BudgetIsHardAndAllOrNothing) {
   llm::kv::Geometry g{2, 2, 8, 16};
   const size_t pb = llm::kv::page_bytes(g, LLM_KV_F16);

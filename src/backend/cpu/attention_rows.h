@@ -1,5 +1,6 @@
-// Row primitives of attention over cached K/V rows, in two builds: portable
-// (attention_rows.cpp) and AVX2/FMA/F16C (attention_rows_avx2.cpp).
+// Row primitives of attention over cached K/V rows, in three builds: portable
+// (attention_rows.cpp), AVX2/FMA/F16C (attention_rows_avx2.cpp) and AVX-512
+// (attention_rows_avx512.cpp, the kernels it speeds up).
 #pragma once
 
 #include <cstdint>
@@ -32,5 +33,12 @@ void softmax(float* x, int64_t n);
 // acc_j[hd] += sum_u w[j * w_stride + u] * v_u, in order of u, for each head.
 void pv8(const float* w, int64_t w_stride, int32_t n_q, int32_t hd, const float* v, int32_t nr, float* acc);
 }  // namespace avx2
+
+// The AVX-512 family's (attention_rows_avx512.cpp, built where the compiler
+// has AVX-512): the same results as the AVX2 kernel of the same name, bit
+// for bit.
+namespace avx512 {
+void pv8(const float* w, int64_t w_stride, int32_t n_q, int32_t hd, const float* v, int32_t nr, float* acc);
+}  // namespace avx512
 
 }  // namespace llm::cpu::rows

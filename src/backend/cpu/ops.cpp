@@ -192,6 +192,11 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
 #if defined(__x86_64__) || defined(_M_X64)
   constexpr int32_t kMaxBlockedHeadDim = 512;
   const bool blocked = use_avx2_kernels() && hd % 8 == 0 && hd <= kMaxBlockedHeadDim;
+  // The blocked V accumulation: AVX-512 where it runs (the same bits as AVX2's).
+  auto pv8 = rows::avx2::pv8;
+#if defined(LLM_AVX512_KERNELS)
+  if (blocked && use_avx512_kernels()) pv8 = rows::avx512::pv8;
+#endif
 #else
   const bool blocked = false;
 #endif
@@ -250,7 +255,7 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
         for (int64_t t0 = lo; t0 < len; t0 += B) {
           const int32_t nr = int32_t(std::min<int64_t>(B, len - t0));
           load_block(1, t0, nr);
-          rows::avx2::pv8(att + t0, max_len, group, hd, blk, nr, acc);
+          pv8(att + t0, max_len, group, hd, blk, nr, acc);
         }
         for (int32_t j = 0; j < group; ++j)
           std::memcpy(a.out + i * q_stride + (int64_t(kvh) * group + j) * hd, acc + size_t(j) * size_t(hd),
