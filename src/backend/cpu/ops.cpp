@@ -172,11 +172,12 @@ RowFns row_fns() {
 
 // Work item = (query row i, KV head): each cached K/V row is read once and
 // serves all the query heads of its GQA group (n_heads / n_kv_heads of them).
-// With AVX2 (head_dim a multiple of 8, at most kMaxBlockedHeadDim) rows go
-// in blocks of 8: each is converted to f32 once into a block buffer, the
-// block's scores for every head of the group come out of one register
-// transpose, the softmax exponentials are vector polynomials, and V blocks
-// are accumulated with the head's output chunk held in registers. Otherwise
+// With AVX2 (head_dim a multiple of 8, at most kMaxBlockedHeadDim) a work item
+// is up to 4 consecutive query rows and cached rows go in blocks of 8: each is
+// converted to f32 once for the item into a block buffer, the block's scores
+// for every head of the group come out of one register transpose, the softmax
+// exponentials are vector polynomials, and V blocks are accumulated with the
+// head's output chunk held in registers (AVX-512 vectors under that family). Otherwise
 // f32/f16 rows are used in place and int8/int4 rows are dequantized once
 // into a scratch row. Per-element work is identical whatever the batch or
 // thread split, so a row's result does not depend on either.
