@@ -319,6 +319,21 @@ void Model::build(const LoadOptions& opts) {
     }
   }
   if (!cuda_ && opts.huge_pages) move_weights_to_huge_pages();
+  release_metadata_pages();
+}
+
+// The file's bytes before its first tensor (the header and the metadata: a
+// GGUF vocabulary of 262,144 tokens is 7 MB of it) were read by the parse and
+// are not needed in memory any more; the mapping stays valid (the pages come
+// back from the page cache if something reads them, such as scores the
+// tokenizer uses in place).
+void Model::release_metadata_pages() {
+  const MappedFile* f = src_.file.get();
+  if (f == nullptr) return;
+  const uint8_t* first = f->data() + f->size();
+  for (const TensorData& t : src_.tensors)
+    if (t.data != nullptr && !t.owned && t.data >= f->data() && t.data < first) first = t.data;
+  f->drop_pages(f->data(), size_t(first - f->data()));
 }
 
 // Memory the kernel could hand out now without swapping (Linux MemAvailable);

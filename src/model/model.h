@@ -121,6 +121,7 @@ class Model {
   void build_layer(int32_t l);
   void build_rope();
   void move_weights_to_huge_pages();
+  void release_metadata_pages();
 
   ModelSource src_;
   std::unique_ptr<Tokenizer> tokenizer_;

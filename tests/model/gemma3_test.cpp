@@ -352,3 +352,40 @@ TEST_F(Gemma3, LongContextKeepsAFifthOfTheCacheWithTheSameLogits) {
 }
 
 }  // namespace
+
+namespace {
+
+// The process's resident set (VmRSS) in bytes.
+uint64_t resident_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return uint64_t(std::strtoull(line.c_str() + 6, nullptr, 10)) * 1024;
+  return 0;
+}
+
+}  // namespace
+
+// What loading the model adds to the process's resident set (no session, so
+// no KV cache) is at most the file's size + 10%: the weights once (on huge
+// pages here, their file pages given back), the vocabulary, no metadata pages.
+// (The CUDA runtime's libraries stay out of it too: cuBLASLt is opened only
+// for a device GEMM.) ctest runs this in its own process.
+TEST(Gemma3Memory, LoadAddsAtMostTheFileAndTenPercent) {
+  const std::string path = gemma_path();
+  if (path.empty()) GTEST_SKIP() << "LLM_GEMMA3_GGUF is not set or missing (tests/models/fetch_gemma3.sh fetches it)";
+  const uint64_t before = resident_bytes();
+  if (before == 0) GTEST_SKIP() << "no /proc/self/status";
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  const uint64_t file = uint64_t(f.tellg());
+  llm_load_params p;
+  llm_load_params_init(&p);
+  p.device = LLM_DEVICE_CPU;
+  llm_model* m = nullptr;
+  ASSERT_EQ(llm_load(path.c_str(), &p, &m), LLM_OK) << llm_last_error();
+  const uint64_t added = resident_bytes() - before;
+  llm_model_free(m);
+  std::printf("llm_load added %.1f MiB resident for a %.1f MiB file (%.3fx)\n", double(added) / 1048576.0,
+              double(file) / 1048576.0, double(added) / double(file));
+  EXPECT_LE(added, file + file / 10);
+}

@@ -4,6 +4,8 @@
 
 #include "backend/cuda/device_util.h"
 
+#include "backend/cuda/cublaslt_api.h"
+
 #include <map>
 #include <memory>
 #include <tuple>
@@ -22,7 +24,7 @@ void check(cudaError_t e, const char* what) {
 void check_lt(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
   const llm_status st = s == CUBLAS_STATUS_ALLOC_FAILED ? LLM_ERR_OUT_OF_MEMORY : LLM_ERR_DEVICE;
-  fail(st, "%s: %s (%s)", what, cublasLtGetStatusString(s), cublasLtGetStatusName(s));
+  fail(st, "%s: %s (%s)", what, cublaslt().status_string(s), cublaslt().status_name(s));
 }
 
 // ---------------------------------------------------------------- memory owners
@@ -105,10 +107,10 @@ struct Gemm::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   ~Plan() {
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (a) cublaslt().layout_destroy(a);
+    if (b) cublaslt().layout_destroy(b);
+    if (d) cublaslt().layout_destroy(d);
+    if (desc) cublaslt().desc_destroy(desc);
   }
 };
 
@@ -118,13 +120,13 @@ struct Gemm::Cache {
 };
 
 Gemm::Gemm(size_t workspace_bytes) : workspace_(workspace_bytes, "cuBLASLt workspace") {
-  check_lt(cublasLtCreate(&handle_), "cublasLtCreate");
+  check_lt(cublaslt().create(&handle_), "cublasLtCreate");
   cache_ = new Cache();
 }
 
 Gemm::~Gemm() {
   delete cache_;
-  if (handle_) cublasLtDestroy(handle_);
+  if (handle_) cublaslt().destroy(handle_);
 }
 
 Gemm::Plan& Gemm::plan_for(GemmType t, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldd,
@@ -135,35 +137,35 @@ Gemm::Plan& Gemm::plan_for(GemmType t, int64_t m, int64_t n, int64_t k, int64_t 
 
   auto p = std::make_unique<Plan>();
   const cudaDataType_t ab = cuda_type(t);
-  check_lt(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  check_lt(cublaslt().desc_create(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-  check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t), "set TRANSA");
-  check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n), "set TRANSB");
+  check_lt(cublaslt().desc_set_attribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t), "set TRANSA");
+  check_lt(cublaslt().desc_set_attribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n), "set TRANSB");
   // Column-major views: A is [k, m] (ld lda), B is [k, n] (ld ldb), D is [m, n] (ld ldd).
-  check_lt(cublasLtMatrixLayoutCreate(&p->a, ab, uint64_t(k), uint64_t(m), lda), "layout A");
-  check_lt(cublasLtMatrixLayoutCreate(&p->b, ab, uint64_t(k), uint64_t(n), ldb), "layout B");
-  check_lt(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, uint64_t(m), uint64_t(n), ldd), "layout D");
+  check_lt(cublaslt().layout_create(&p->a, ab, uint64_t(k), uint64_t(m), lda), "layout A");
+  check_lt(cublaslt().layout_create(&p->b, ab, uint64_t(k), uint64_t(n), ldb), "layout B");
+  check_lt(cublaslt().layout_create(&p->d, CUDA_R_32F, uint64_t(m), uint64_t(n), ldd), "layout D");
 
   cublasLtMatmulPreference_t pref = nullptr;
-  check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  check_lt(cublaslt().pref_create(&pref), "cublasLtMatmulPreferenceCreate");
   struct PrefGuard {
     cublasLtMatmulPreference_t p;
-    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+    ~PrefGuard() { cublaslt().pref_destroy(p); }
   } guard{pref};
   const size_t ws = workspace_.bytes();
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+  check_lt(cublaslt().pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
            "set workspace");
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+  check_lt(cublaslt().pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                                 sizeof align_a), "set align A");
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+  check_lt(cublaslt().pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
                                                 sizeof align_b), "set align B");
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+  check_lt(cublaslt().pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
                                                 sizeof align_d), "set align C");
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+  check_lt(cublaslt().pref_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
                                                 sizeof align_d), "set align D");
   cublasLtMatmulHeuristicResult_t res{};
   int found = 0;
-  check_lt(cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->d, p->d, pref, 1, &res, &found),
+  check_lt(cublaslt().algo_get_heuristic(handle_, p->desc, p->a, p->b, p->d, p->d, pref, 1, &res, &found),
            "cublasLtMatmulAlgoGetHeuristic");
   LLM_CHECK(found > 0, LLM_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for a %lld x %lld x %lld GEMM", (long long)m,
             (long long)n, (long long)k);
@@ -178,7 +180,7 @@ void Gemm::run(GemmType t, int64_t m, int64_t n, int64_t k, const void* a, int64
   if (m <= 0 || n <= 0) return;
   Plan& p = plan_for(t, m, n, k, lda, ldb, ldd, beta != 0.f, alignment_of(a), alignment_of(b), alignment_of(d));
   const float alpha = 1.f;
-  check_lt(cublasLtMatmul(handle_, p.desc, &alpha, a, p.a, b, p.b, &beta, d, p.d, d, p.d, &p.algo, workspace_.get(),
+  check_lt(cublaslt().matmul(handle_, p.desc, &alpha, a, p.a, b, p.b, &beta, d, p.d, d, p.d, &p.algo, workspace_.get(),
                           workspace_.bytes(), stream),
            "cublasLtMatmul");
 }
