@@ -35,10 +35,10 @@ constexpr size_t kKvChunkBytes = size_t(256) << 20;     // KV memory is allocate
 // Rows (prefill tokens, sequences of a decode batch) up to which a linear
 // layer runs as GEMV passes, each streaming the weights once per 8 rows;
 // above, the weights are converted or dequantized to f16 tiles and multiplied
-// by cuBLASLt. Measured on an H200 with tests/gpu/gemv_crossover.sh
-// (docs/CUDA.md, "Batched decode"): for float weights the GEMM wins from 2
-// rows on, for q4 from 4 (TinyLlama and Llama-3-8B shapes), for q8 and the
-// GGUF blocks (Q4_K_M) from 8.
+// by cuBLASLt. Measured on an H200 with tests/gpu/gemv_crossover.sh at 1, 2,
+// 4, 8, 16 and 32 rows (docs/CUDA.md, "Batched decode"): the GEMM wins at 2
+// rows for float weights, at 4 for q4 (TinyLlama and Llama-3-8B shapes), at 8
+// for q8 and the GGUF blocks (Q4_K_M).
 int64_t default_gemv_max_rows(WFormat f) {
   switch (f) {
     case WFormat::Q4: return 2;
