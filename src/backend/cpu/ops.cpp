@@ -212,6 +212,12 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
   for (auto& s : scratch)
     if (s.size() < need) s.resize(need);
 
+  // First cache slot a query row of causal length len attends (the window,
+  // and slots no longer held, cut it).
+  auto first_slot = [&](int64_t len) {
+    return std::min(len - 1, std::max(a.first, a.window > 0 ? len - a.window : 0));
+  };
+
   auto work = [&](int ith, int nth_run) {
     float* att = scratch[size_t(ith)].data();                       // [qrows][group][max_len]
     float* acc = att + size_t(qrows) * size_t(group) * size_t(max_len);  // [qrows][group][hd]
@@ -230,7 +236,7 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
         int64_t lo[kQueryRows] = {}, len[kQueryRows] = {};
         for (int64_t i = i0; i < i1; ++i) {
           len[i - i0] = a.p0 + i + 1;
-          lo[i - i0] = std::min(len[i - i0] - 1, std::max(a.first, a.window > 0 ? len[i - i0] - a.window : 0));
+          lo[i - i0] = first_slot(len[i - i0]);
         }
         // Row t of K (kv 0) or V (kv 1) into blk + u * hd.
         auto load_block = [&](int kvi, int64_t t0, int32_t nr) {
@@ -293,7 +299,7 @@ void attention(const AttentionArgs& a, std::vector<std::vector<float>>& scratch,
       const int32_t kvh = int32_t(task % g.n_kv_heads);
       const float* q0 = a.q + i * q_stride + int64_t(kvh) * group * hd;  // first query head of the group
       const int64_t len = a.p0 + i + 1;
-      const int64_t lo = std::min(len - 1, std::max(a.first, a.window > 0 ? len - a.window : 0));  // first slot attended
+      const int64_t lo = first_slot(len);
       auto finish_scores = [&](float* att_j) {  // softcap, then softmax over [lo, len)
         if (a.softcap > 0) softcap(att_j + lo, len - lo, a.softcap);
       };
