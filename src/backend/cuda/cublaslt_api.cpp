@@ -21,11 +21,11 @@ struct Loaded {
   std::string error;  // empty when every entry point resolved
 };
 
+// f = the library's `name`; the first one missing is named in error.
 template <class F>
-bool resolve(void* lib, const char* name, F& f, std::string& error) {
+void resolve(void* lib, const char* name, F& f, std::string& error) {
   f = reinterpret_cast<F>(dlsym(lib, name));
   if (f == nullptr && error.empty()) error = std::string("no symbol ") + name;
-  return f != nullptr;
 }
 
 Loaded open_library() {

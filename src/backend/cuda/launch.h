@@ -31,10 +31,11 @@ struct DeviceMatrix {
 // (each pass streams W once). beta is 0 or 1 (1 = residual add epilogue).
 // scratch: device memory of gemv_scratch_floats(w.layout) floats, where
 // each pass first lays out its activations for coalesced loads (x and y
-// must not overlap it).
+// must not overlap it); none for the formats that read x's rows.
 cudaError_t launch_gemv(const DeviceMatrix& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
                         float beta, float* scratch, int sm_count, cudaStream_t stream);
 inline int64_t gemv_scratch_floats(const MatrixLayout& l) {
+  if (!gemv_x_chunk_major(l.format)) return 0;
   const int64_t per_row = l.format == WFormat::Ggml ? l.cols : l.chunks_per_row() * chunk_values(l.format);
   return int64_t(kGemvMaxBatch) * per_row;
 }
